@@ -1,0 +1,323 @@
+"""Turn a *source string* into a queue class, with provenance.
+
+Source strings (DESIGN §2):
+
+==========================  ==========================================================
+``vllm==0.31.0``            class from that vLLM release (fetched once, cached)
+``path/to/file.py``         class from a file; ``FILE::ClassName`` picks another class
+``git:REPO@REF``            ``vllm/v1/core/kv_cache_utils.py`` at commit REF of REPO
+``kvqueue``                 this project's queue (``kvqueue/fast.py``)
+``kvqueue:floor``           the check-free lower bound (a *bound*, not a candidate)
+==========================  ==========================================================
+
+Any source may end in ``::ClassName``. Classes are cut out of the source text with
+``ast`` (decorators included) and executed in a fresh module registered in
+``sys.modules``: upstream's module imports half of vLLM, so it cannot be imported.
+All variants of a run bind ``KVCacheBlock`` to ONE shared block class, so the measured
+difference is the queue code alone.
+
+Standard library only (the gate and the worker run this under the measured interpreter).
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import hashlib
+import subprocess
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvqueue import upstream
+
+QUEUE_CLASS = "FreeKVCacheBlockQueue"
+BLOCK_CLASS = "KVCacheBlock"
+FLOOR_CLASS = "FloorKVCacheBlockQueue"
+#: Public queue API every variant must have (DESIGN §1).
+QUEUE_METHODS = (
+    "popleft",
+    "popleft_n",
+    "remove",
+    "append",
+    "append_n",
+    "prepend_n",
+    "get_all_free_blocks",
+    "iter_blocks_after",
+)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_OWN_FILE = _PACKAGE_DIR / "fast.py"
+_OWN_BLOCK_FILE = _PACKAGE_DIR / "block.py"
+
+# Names the extracted classes may need at definition time. Annotations are compiled
+# lazily (PEP 563), so names such as BlockHashWithGroupId never have to resolve.
+_PRELUDE = (
+    "from dataclasses import dataclass, field\n"
+    "from collections.abc import Iterable, Iterator, Sequence, Callable\n"
+    "from typing import Any, NamedTuple, Optional, TYPE_CHECKING\n"
+)
+
+
+class SourceError(ValueError):
+    """A source string cannot be turned into a queue class; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ClassSource:
+    """The text of one class cut out of a file, and where it came from."""
+
+    source: str
+    path: str
+    class_name: str
+    text: str
+    vllm_version: str | None
+    file_sha256: str
+    first_line: int = 1
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the class's own source text (decorators included)."""
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One queue class under test, ready to instantiate."""
+
+    label: str
+    source: str
+    queue_cls: type
+    block_cls: type
+    queue_src: ClassSource
+    block_src: ClassSource
+    is_bound: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def provenance(self) -> dict:
+        """Return a JSON-ready record of where this variant's code came from."""
+        return {
+            "label": self.label,
+            "source": self.source,
+            "resolved_path": self.queue_src.path,
+            "class_name": self.queue_src.class_name,
+            "vllm_version": self.queue_src.vllm_version,
+            "class_sha256": self.queue_src.sha256,
+            "file_sha256": self.queue_src.file_sha256,
+            "block_source": self.block_src.source,
+            "block_class_sha256": self.block_src.sha256,
+            "is_bound": self.is_bound,
+        }
+
+
+def split_class(source: str) -> tuple[str, str | None]:
+    """Split ``"SOURCE::ClassName"`` into ``("SOURCE", "ClassName")``."""
+    if "::" in source:
+        base, _, cls = source.rpartition("::")
+        if not cls.isidentifier():
+            raise SourceError(f"'{cls}' in '{source}' is not a class name")
+        return base, cls
+    return source, None
+
+
+def read_source(source: str, class_name: str | None = None) -> ClassSource:
+    """Read the text of one class named by a source string.
+
+    Parameters
+    ----------
+    source
+        A source string (see module docstring); a ``::ClassName`` suffix overrides
+        ``class_name``.
+    class_name
+        Class to cut out when the source names none; defaults to the queue class.
+
+    Returns
+    -------
+    ClassSource
+
+    Raises
+    ------
+    SourceError
+        Unknown release, no network and no cache, file or class not found, syntax error.
+    """
+    base, explicit = split_class(source)
+    wanted = explicit or class_name or QUEUE_CLASS
+    version = None
+    if base.startswith("vllm=="):
+        version = base[len("vllm==") :]
+        try:
+            path = upstream.fetch_release(version)
+        except upstream.FetchError as exc:
+            raise SourceError(str(exc)) from None
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    elif base.startswith("git:"):
+        text, where = _read_git(base)
+    elif base in ("kvqueue", "kvqueue:floor"):
+        if base == "kvqueue:floor" and explicit is None:
+            wanted = FLOOR_CLASS if wanted == QUEUE_CLASS else wanted
+        path = _OWN_BLOCK_FILE if wanted == BLOCK_CLASS else _OWN_FILE
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        path = Path(base)
+        if not path.is_file():
+            raise SourceError(
+                f"'{base}' is not a file, nor a known source "
+                "(vllm==X.Y.Z, git:REPO@REF, kvqueue, kvqueue:floor)"
+            )
+        text, where = path.read_text(encoding="utf-8"), str(path.resolve())
+    cut, first_line = _cut_class(text, wanted, where)
+    return ClassSource(
+        source=source,
+        path=where,
+        class_name=wanted,
+        text=cut,
+        vllm_version=version,
+        file_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        first_line=first_line,
+    )
+
+
+def _read_git(base: str) -> tuple[str, str]:
+    """Read ``vllm/v1/core/kv_cache_utils.py`` at REF from ``git:REPO@REF``."""
+    spec = base[len("git:") :]
+    repo, sep, ref = spec.rpartition("@")
+    if not sep or not repo or not ref:
+        raise SourceError(f"'{base}' is not of the form git:REPO_PATH@REF")
+    if not Path(repo).is_dir():
+        raise SourceError(f"git repository '{repo}' does not exist")
+    proc = subprocess.run(
+        ["git", "-C", repo, "show", f"{ref}:{upstream.MEMBER}"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["git show failed"])[-1]
+        raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: {reason}")
+    return proc.stdout, f"{Path(repo).resolve()}@{ref}:{upstream.MEMBER}"
+
+
+def _cut_class(text: str, class_name: str, where: str) -> tuple[str, int]:
+    """Return the source of top-level class ``class_name`` (decorators included) and
+    the line number it starts on."""
+    try:
+        tree = ast.parse(text, filename=where)
+    except SyntaxError as exc:
+        raise SourceError(f"syntax error in {where} line {exc.lineno}: {exc.msg}") from None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            lines = text.splitlines(keepends=True)
+            return "".join(lines[start - 1 : node.end_lineno]), start
+    raise SourceError(f"class {class_name} not found in {where}")
+
+
+_counter = 0
+
+
+def _exec_class(cls_src: ClassSource, bindings: dict[str, object]) -> type:
+    """Execute one class's source in a fresh module and return the class."""
+    global _counter
+    _counter += 1
+    name = f"kvqueue._variants.v{_counter}_{cls_src.class_name}"
+    module = types.ModuleType(name)
+    module.__file__ = cls_src.path
+    # Registered so dataclasses, pickling and tracebacks can find the module.
+    sys.modules[name] = module
+    exec(compile(_PRELUDE, "<kvqueue prelude>", "exec"), module.__dict__)
+    module.__dict__.update(bindings)
+    # Pad with blank lines so tracebacks point at the real line numbers of the file.
+    code = compile(
+        "\n" * (cls_src.first_line - 1) + cls_src.text,
+        cls_src.path,
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        raise SourceError(
+            f"class {cls_src.class_name} from {cls_src.path} failed to execute: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    return module.__dict__[cls_src.class_name]
+
+
+def load_block_class(source: str) -> tuple[type, ClassSource]:
+    """Load the ``KVCacheBlock`` class of a source (``kvqueue`` uses ``kvqueue/block.py``)."""
+    base, _ = split_class(source)
+    block_src = read_source(base, BLOCK_CLASS)
+    return _exec_class(block_src, {}), block_src
+
+
+def load_variant(
+    source: str,
+    block: tuple[type, ClassSource],
+    label: str | None = None,
+) -> Variant:
+    """Load one queue class bound to the shared block class.
+
+    Parameters
+    ----------
+    source
+        The source string.
+    block
+        ``(block_cls, block_source)`` shared by all variants of the run.
+    label
+        Name of the variant in the data; defaults to the source string.
+
+    Raises
+    ------
+    SourceError
+        As :func:`read_source`, or the class lacks a queue method.
+    """
+    queue_src = read_source(source)
+    cls = _exec_class(queue_src, {BLOCK_CLASS: block[0]})
+    missing = [m for m in QUEUE_METHODS if not callable(getattr(cls, m, None))]
+    if missing:
+        raise SourceError(
+            f"class {queue_src.class_name} from {queue_src.path} lacks queue method(s): "
+            + ", ".join(missing)
+        )
+    return Variant(
+        label=label or source,
+        source=source,
+        queue_cls=cls,
+        block_cls=block[0],
+        queue_src=queue_src,
+        block_src=block[1],
+        is_bound=queue_src.class_name == FLOOR_CLASS,
+    )
+
+
+def variant_labels(sources: list[str]) -> list[str]:
+    """Return unique labels: a source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
+    seen: dict[str, int] = {}
+    labels = []
+    for src in sources:
+        seen[src] = seen.get(src, 0) + 1
+        labels.append(src if seen[src] == 1 else f"{src}#{seen[src]}")
+    return labels
+
+
+def load_variants(sources: list[str], block_source: str | None = None) -> list[Variant]:
+    """Load every source of a run; the first is the baseline.
+
+    Parameters
+    ----------
+    sources
+        Source strings, baseline first. The same source may appear twice (A/A pair).
+    block_source
+        Where the shared ``KVCacheBlock`` comes from; defaults to the baseline source.
+
+    Returns
+    -------
+    list of Variant
+    """
+    if not sources:
+        raise SourceError("no variant sources given")
+    block = load_block_class(block_source or sources[0])
+    return [
+        load_variant(src, block, label)
+        for src, label in zip(sources, variant_labels(sources), strict=True)
+    ]
