@@ -39,9 +39,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m kvqueue``."""
+    """Entry point of ``python -m kvqueue``.
+
+    ``bench`` and ``report`` are forwarded to their modules (imported lazily: ``report``
+    needs the analysis stack, ``validate`` must run on a bare interpreter).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        from kvqueue.runner import main as bench_main
+
+        return bench_main(argv[1:])
+    if argv and argv[0] == "report":
+        from kvqueue.render import main as report_main
+
+        return report_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m kvqueue", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("bench", help="collect a run (see: python -m kvqueue bench --help)")
+    sub.add_parser("report", help="render the report (see: python -m kvqueue report --help)")
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor")
