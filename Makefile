@@ -8,20 +8,36 @@ VENV         := .venv
 VPY          := $(VENV)/bin/python
 STAMP        := $(VENV)/.installed
 
-# `make bench` parameters (see README). PYTHON is the interpreter being MEASURED.
+# `make bench` parameters (see README); empty = the default in kvqueue/params.py.
+# PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
 HOST     ?=
-PYTHON   ?= $(shell command -v python3)
-VARIANTS ?= vllm==0.31.0 vllm==0.32.0 kvqueue kvqueue:floor
-QUICK    ?= 0
-AA       ?= 0
-PROCESSES         ?= 11
-CONFIRM_PROCESSES ?= 9
-SAMPLES  ?= 9
-SAMPLE_MS ?= 20
-SEED     ?= 1
-CASES    ?= alloc1 alloc2 alloc8 alloc32 mix popappend remove
-POOLS    ?= 2048 100000
-CPU      ?= auto
+PYTHON   ?= python3
+VARIANTS ?=
+QUICK    ?=
+AA       ?=
+PROCESSES         ?=
+CONFIRM_PROCESSES ?=
+SAMPLES   ?=
+SAMPLE_MS ?=
+SEED      ?=
+CASES     ?=
+POOLS     ?=
+CPU       ?=
+RAW_DIR   ?= data/raw
+
+truthy = $(filter 1 yes true on,$(1))
+BENCH_ARGS = --host "$(HOST)" --python "$(PYTHON)" --raw-dir "$(RAW_DIR)" \
+  $(if $(VARIANTS),--variants "$(VARIANTS)") \
+  $(if $(PROCESSES),--processes "$(PROCESSES)") \
+  $(if $(CONFIRM_PROCESSES),--confirm-processes "$(CONFIRM_PROCESSES)") \
+  $(if $(SAMPLES),--samples "$(SAMPLES)") \
+  $(if $(SAMPLE_MS),--sample-ms "$(SAMPLE_MS)") \
+  $(if $(SEED),--seed "$(SEED)") \
+  $(if $(CASES),--cases "$(CASES)") \
+  $(if $(POOLS),--pools "$(POOLS)") \
+  $(if $(CPU),--cpu "$(CPU)") \
+  $(if $(call truthy,$(QUICK)),--quick) \
+  $(if $(call truthy,$(AA)),--aa)
 
 .DEFAULT_GOAL := help
 
@@ -34,6 +50,7 @@ help: ## list the targets
 	@echo "  bench variables: HOST=label (required) PYTHON=/path/to/python VARIANTS=\"...\""
 	@echo "                   QUICK=1 AA=1 PROCESSES=11 CONFIRM_PROCESSES=9 SAMPLES=9"
 	@echo "                   SAMPLE_MS=20 SEED=1 CASES=\"...\" POOLS=\"...\" CPU=auto"
+	@echo "  (defaults: kvqueue/params.py; PYTHON defaults to python3)"
 
 $(STAMP): pyproject.toml
 	@test -x $(VPY) || $(BOOTSTRAP_PY) -m venv $(VENV)
@@ -54,7 +71,10 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(VPY) -m ruff check --fix kvqueue tests
 
 validate: $(STAMP) ## run the validation gate on VARIANTS (first = baseline)
-	$(VPY) -m kvqueue validate $(VARIANTS)
+	$(VPY) -m kvqueue validate $(or $(VARIANTS),vllm==0.31.0 vllm==0.32.0 kvqueue kvqueue:floor)
+
+bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
+	@$(VPY) -m kvqueue bench $(BENCH_ARGS)
 
 RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(wildcard kvqueue/*.py) notebooks/report.ipynb

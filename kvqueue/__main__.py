@@ -26,8 +26,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         ]
         print(json.dumps({"seed": args.seed, "ops": args.ops, "results": records}))
     else:
-        print(f"validation gate: seed {args.seed}, baseline {variants[0].label}, "
-              f"block class from {variants[0].block_src.source}")
+        print(
+            f"validation gate: seed {args.seed}, baseline {variants[0].label}, "
+            f"block class from {variants[0].block_src.source}"
+        )
         for result in results:
             print(result.line())
             if result.error:
@@ -58,13 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("bench", help="collect a run (see: python -m kvqueue bench --help)")
     sub.add_parser("report", help="render the report (see: python -m kvqueue report --help)")
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
-    p.add_argument("sources", nargs="+", metavar="SOURCE",
-                   help="vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor")
-    p.add_argument("--ops", type=int, default=validate.DEFAULT_OPS,
-                   help="random operations per variant (default %(default)s)")
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor",
+    )
+    p.add_argument(
+        "--ops",
+        type=int,
+        default=validate.DEFAULT_OPS,
+        help="random operations per variant (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=validate.DEFAULT_SEED)
-    p.add_argument("--block-source", default=None,
-                   help="source of the shared KVCacheBlock class (default: the baseline)")
+    p.add_argument(
+        "--block-source",
+        default=None,
+        help="source of the shared KVCacheBlock class (default: the baseline)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=_cmd_validate)
     args = parser.parse_args(argv)

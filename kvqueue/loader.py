@@ -20,8 +20,8 @@ Standard library only (the gate and the worker run this under the measured inter
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import hashlib
 import subprocess

@@ -83,9 +83,20 @@ def fetch_release(version: str, python: str | None = None) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=target.parent) as tmp:
-        cmd = [python or sys.executable, "-m", "pip", "download", f"vllm=={version}",
-               "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-               "--quiet", "-d", tmp]
+        cmd = [
+            python or sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"vllm=={version}",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "-d",
+            tmp,
+        ]
         for platform in _PLATFORMS:
             cmd += ["--platform", platform]
         print(f"kvqueue: downloading vLLM {version} wheel (~330 MB, once) ...", file=sys.stderr)
@@ -101,7 +112,9 @@ def fetch_release(version: str, python: str | None = None) -> Path:
                 with open(partial, "wb") as dst:
                     shutil.copyfileobj(src, dst)
         except KeyError:
-            raise FetchError(f"vllm=={version} has no {MEMBER}: too old for this benchmark")
+            raise FetchError(
+                f"vllm=={version} has no {MEMBER}: too old for this benchmark"
+            ) from None
         # Rename last, so an interrupted extraction never looks like a valid cache entry.
         os.replace(partial, target)
     return target
@@ -113,8 +126,10 @@ def _explain_pip_failure(version: str, output: str) -> str:
     if "no matching distribution" in low or "could not find a version" in low:
         return f"vLLM release {version} does not exist on the package index"
     if any(s in low for s in ("connection", "network", "temporary failure", "max retries")):
-        return (f"cannot reach the package index to fetch vllm=={version}, "
-                f"and it is not cached in {cache_dir()}")
+        return (
+            f"cannot reach the package index to fetch vllm=={version}, "
+            f"and it is not cached in {cache_dir()}"
+        )
     if "no module named pip" in low:
         return "pip is not available to download vLLM releases (install pip or pre-fetch)"
     last = [line for line in output.strip().splitlines() if line.strip()]

@@ -113,7 +113,7 @@ class _ModelRun:
             f"operation #{self.op_index} {self.op_desc}: {what}\n"
             f"    expected: {expected!r}\n"
             f"    got:      {got!r}\n"
-            f"    model before the operation: {self.model_before}"
+            f"    model before the operation: {self.model_before}",
         )
 
     def new_episode(self) -> None:
@@ -190,8 +190,14 @@ class _ModelRun:
             self.op_desc = f"popleft_n({k})"
             got = q.popleft_n(k)
             want, model[:k] = model[:k], []
-            if type(got) is not list or len(got) != k or any(a is not b for a, b in zip(got, want)):
-                self.fail("popleft_n returned", _ids(want), got if type(got) is not list else _ids(got))
+            if (
+                type(got) is not list
+                or len(got) != k
+                or any(a is not b for a, b in zip(got, want, strict=True))
+            ):
+                self.fail(
+                    "popleft_n returned", _ids(want), got if type(got) is not list else _ids(got)
+                )
         elif op == "remove":
             block = rng.choice(model)
             self.op_desc = f"remove(block {block.block_id})"
@@ -214,8 +220,10 @@ class _ModelRun:
         elif op == "get_all":
             self.op_desc = "get_all_free_blocks()"
             got = q.get_all_free_blocks()
-            if type(got) is not list or len(got) != len(model) or any(
-                a is not b for a, b in zip(got, model)
+            if (
+                type(got) is not list
+                or len(got) != len(model)
+                or any(a is not b for a, b in zip(got, model, strict=True))
             ):
                 self.fail("get_all_free_blocks() returned", _ids(model), _ids(got))
         else:
@@ -224,7 +232,7 @@ class _ModelRun:
             self.op_desc = f"iter_blocks_after({_namer(q)(cursor)})"
             got = list(q.iter_blocks_after(cursor))
             want = model[pos + 1 :]
-            if len(got) != len(want) or any(a is not b for a, b in zip(got, want)):
+            if len(got) != len(want) or any(a is not b for a, b in zip(got, want, strict=True)):
                 self.fail("iter_blocks_after yielded", _ids(want), _ids(got))
         self.check()
 
@@ -282,7 +290,9 @@ def _corrupt(attr: str, link: str, value: Any = None) -> Callable[[Any], None]:
 
 # Each scenario: (name, queue size, corruption applied before the call, the call).
 # ``b`` is the list of all blocks of the scenario: b[:size] start in the queue.
-_Scenario = tuple[str, int, Callable[[Any, list[Any]], None] | None, Callable[[Any, list[Any]], Any]]
+_Scenario = tuple[
+    str, int, Callable[[Any, list[Any]], None] | None, Callable[[Any, list[Any]], Any]
+]
 
 INVALID_SCENARIOS: list[_Scenario] = [
     ("popleft() on an empty queue", 0, None, lambda q, b: q.popleft()),
@@ -383,7 +393,12 @@ INVALID_SCENARIOS: list[_Scenario] = [
         lambda q, b: setattr(q.fake_free_list_head, "next_free_block", None),
         lambda q, b: q.get_all_free_blocks(),
     ),
-    ("iter_blocks_after() a detached cursor", 4, None, lambda q, b: list(q.iter_blocks_after(b[4]))),
+    (
+        "iter_blocks_after() a detached cursor",
+        4,
+        None,
+        lambda q, b: list(q.iter_blocks_after(b[4])),
+    ),
 ]
 
 
@@ -438,7 +453,7 @@ def compare_invalid(baseline: Variant, candidate: Variant) -> int:
                 raise ValidationError(
                     0,
                     f"invalid operation {index} '{scenario[0]}': {detail} differs from the "
-                    f"baseline\n    expected: {want_v!r}\n    got:      {got_v!r}"
+                    f"baseline\n    expected: {want_v!r}\n    got:      {got_v!r}",
                 )
     return len(INVALID_SCENARIOS)
 

@@ -1,0 +1,130 @@
+"""The timed workloads (DESIGN §4): one *cycle* per case, and the loop that times it.
+
+Each case builds, before any timing, a ``run(loops) -> ns`` function over one queue.
+The loop code is identical for every variant (only the queue object differs), so loop
+overhead cancels in the paired ratio. Setup (choosing blocks, shuffles) is never timed.
+
+Standard library only (runs inside the worker under the measured interpreter).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from itertools import repeat
+from time import perf_counter_ns
+from typing import Any
+
+#: Batch sizes of the ``mix`` workload: 90 singletons, 5 pairs, 4 of 8, 1 of 32.
+MIX_SIZES = (1,) * 90 + (2,) * 5 + (8,) * 4 + (32,)
+#: Blocks per shuffled order in the ``remove`` case (capped at half the pool).
+REMOVE_BLOCKS = 1024
+
+Runner = Callable[[int], int]
+
+
+def ops_per_loop(case: str, pool: int) -> int:
+    """Units timed per loop iteration: ns/cycle = ns_total / (loops * ops_per_loop)."""
+    if case == "mix":
+        return len(MIX_SIZES)
+    if case == "remove":
+        return 2 * min(REMOVE_BLOCKS, pool // 2)
+    return 1
+
+
+def mix_sequence(seed: int) -> list[int]:
+    """Return the fixed shuffled sequence of batch sizes of the ``mix`` case."""
+    seq = list(MIX_SIZES)
+    random.Random(seed).shuffle(seq)
+    return seq
+
+
+def _alloc(q: Any, k: int) -> Runner:
+    def run(loops: int) -> int:
+        t0 = perf_counter_ns()
+        for _ in repeat(None, loops):
+            blocks = q.popleft_n(k)
+            q.append_n(blocks)
+        return perf_counter_ns() - t0
+
+    return run
+
+
+def _mix(q: Any, seq: list[int]) -> Runner:
+    def run(loops: int) -> int:
+        t0 = perf_counter_ns()
+        for _ in repeat(None, loops):
+            for k in seq:
+                blocks = q.popleft_n(k)
+                q.append_n(blocks)
+        return perf_counter_ns() - t0
+
+    return run
+
+
+def _popappend(q: Any) -> Runner:
+    def run(loops: int) -> int:
+        t0 = perf_counter_ns()
+        for _ in repeat(None, loops):
+            q.append(q.popleft())
+        return perf_counter_ns() - t0
+
+    return run
+
+
+def _remove(q: Any, walk: list[Any]) -> Runner:
+    def run(loops: int) -> int:
+        t0 = perf_counter_ns()
+        for _ in repeat(None, loops):
+            for b in walk:
+                q.remove(b)
+                q.append(b)
+        return perf_counter_ns() - t0
+
+    return run
+
+
+def remove_walk(blocks: list[Any], seed: int) -> list[Any]:
+    """Two shuffled orders of the same interior blocks, concatenated (walked alternately).
+
+    Walking one order repeatedly would make every removal hit the block right after the
+    previous one (they were appended in that order); a second order breaks the pattern.
+    """
+    rng = random.Random(seed)
+    count = min(REMOVE_BLOCKS, len(blocks) // 2)
+    # Interior: never the first or last block of the initial order.
+    chosen = rng.sample(blocks[1:-1], count)
+    first, second = chosen[:], chosen[:]
+    rng.shuffle(first)
+    rng.shuffle(second)
+    return first + second
+
+
+def make_runner(case: str, q: Any, blocks: list[Any], seed: int) -> Runner:
+    """Build the timed function of ``case`` over queue ``q`` (whose blocks are ``blocks``).
+
+    Parameters
+    ----------
+    case
+        One of ``alloc1 alloc2 alloc8 alloc32 mix popappend remove``.
+    q
+        A full queue (every block of ``blocks`` free).
+    blocks
+        The pool's blocks in block-id order.
+    seed
+        Seed of the case's fixed shuffles; the same for every variant.
+
+    Returns
+    -------
+    callable
+        ``run(loops) -> ns`` timing ``loops`` iterations with ``perf_counter_ns``.
+    """
+    if case.startswith("alloc"):
+        return _alloc(q, int(case[len("alloc") :]))
+    if case == "mix":
+        return _mix(q, mix_sequence(seed))
+    if case == "popappend":
+        return _popappend(q)
+    if case == "remove":
+        return _remove(q, remove_walk(blocks, seed))
+    raise ValueError(f"unknown case {case!r}")

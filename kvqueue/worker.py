@@ -1,0 +1,172 @@
+"""One timing process = one repetition of the protocol (DESIGN §4).
+
+Run as ``PYTHON -m kvqueue.worker`` with a JSON spec on stdin; prints one JSON result on
+stdout. Standard library only, so it runs under any CPython >= 3.10 with nothing
+installed: the runner puts the project folder on ``PYTHONPATH``.
+
+Inside the process:
+
+1. pin to one CPU (``os.sched_setaffinity``) and record which;
+2. load every variant (from the cache; sha256 checked against the gate's record) and
+   build every variant's pools before any timing;
+3. per (case, pool): calibrate the loop count once on the baseline so a sample lasts
+   about ``sample_ms``; warm every variant up; then take ``samples`` rounds, each timing
+   every variant once in a freshly shuffled (seeded, recorded) order.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import sys
+import time
+from typing import Any
+
+from kvqueue import cases as case_mod
+from kvqueue import loader
+
+
+def pin_cpu(request: str | int) -> dict[str, Any]:
+    """Pin this process to one CPU.
+
+    Parameters
+    ----------
+    request
+        ``"auto"`` (the highest-numbered CPU this process may use: CPU 0 tends to take
+        more interrupts) or a CPU number.
+
+    Returns
+    -------
+    dict
+        ``cpu`` (int or None), ``pinned`` (bool) and ``note`` (why not, when not).
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return {"cpu": None, "pinned": False, "note": "os.sched_setaffinity unavailable"}
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[-1] if request == "auto" else int(request)
+    if cpu not in allowed:
+        raise SystemExit(f"kvqueue worker: CPU {cpu} is not available (allowed: {allowed})")
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as exc:
+        return {"cpu": None, "pinned": False, "note": f"sched_setaffinity failed: {exc}"}
+    actual = sorted(os.sched_getaffinity(0))
+    return {"cpu": actual[0], "pinned": actual == [cpu], "note": ""}
+
+
+def calibrate(run: case_mod.Runner, sample_ns: int) -> int:
+    """Return the loop count that makes ``run(loops)`` last about ``sample_ns``."""
+    loops = 1
+    while True:
+        elapsed = run(loops)
+        # Stop doubling once a run is long enough to be measured reliably (>= 1/8 of
+        # a sample), then scale up linearly.
+        if elapsed >= sample_ns // 8 or loops >= 1 << 30:
+            return max(1, round(loops * sample_ns / max(elapsed, 1)))
+        loops *= 2
+
+
+def run_process(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one process's share of the protocol.
+
+    Parameters
+    ----------
+    spec
+        ``sources``, ``labels``, ``block_source``, ``expected_sha256`` (label ->
+        sha256), ``cases``, ``pools``, ``samples``, ``sample_ms``, ``seed`` (this
+        process's shuffle seed), ``case_seed`` (workload shuffles, same for all
+        processes), ``cpu``, ``gc`` (``"disabled"`` or ``"enabled"``).
+
+    Returns
+    -------
+    dict
+        ``rows`` (lists in :data:`kvqueue.schema.SAMPLE_COLUMNS` order, without
+        ``process`` and ``phase``), ``loops``, pinning info, ``seconds``.
+    """
+    start = time.perf_counter()
+    pin = pin_cpu(spec["cpu"])
+    variants = loader.load_variants(spec["sources"], block_source=spec.get("block_source"))
+    labels = spec["labels"]
+    for variant, label in zip(variants, labels, strict=True):
+        want = spec["expected_sha256"].get(label)
+        if want is not None and variant.queue_src.sha256 != want:
+            raise SystemExit(
+                f"kvqueue worker: {label} changed since the validation gate "
+                f"(sha256 {variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
+            )
+    rng = random.Random(spec["seed"])
+    sample_ns = int(spec["sample_ms"] * 1_000_000)
+    block_cls = variants[0].block_cls
+
+    # Build every pool of every variant before any timing.
+    pools: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
+    for pool in spec["pools"]:
+        for variant, label in zip(variants, labels, strict=True):
+            blocks = [block_cls(block_id=i) for i in range(pool)]
+            pools[pool, label] = (variant.queue_cls(blocks), blocks)
+
+    rows: list[list[Any]] = []
+    loops_used: dict[str, int] = {}
+    gc_enabled = gc.isenabled()
+    try:
+        for case in spec["cases"]:
+            for pool in spec["pools"]:
+                runners = {
+                    label: case_mod.make_runner(case, *pools[pool, label], spec["case_seed"])
+                    for label in labels
+                }
+                per_loop = case_mod.ops_per_loop(case, pool)
+                gc.collect()
+                if spec["gc"] == "disabled":
+                    gc.disable()
+                loops = calibrate(runners[labels[0]], sample_ns)
+                loops_used[f"{case}/{pool}"] = loops
+                for label in rng.sample(labels, len(labels)):  # warm-up, not recorded
+                    runners[label](loops)
+                for sample in range(spec["samples"]):
+                    order = rng.sample(labels, len(labels))
+                    for position, label in enumerate(order):
+                        ns = runners[label](loops)
+                        rows.append(
+                            [
+                                case,
+                                pool,
+                                label,
+                                sample,
+                                position,
+                                loops,
+                                per_loop,
+                                ns,
+                                ns / (loops * per_loop),
+                            ]
+                        )
+                if gc_enabled:
+                    gc.enable()
+    finally:
+        if gc_enabled:
+            gc.enable()
+    return {
+        "rows": rows,
+        "loops": loops_used,
+        **pin,
+        "seconds": round(time.perf_counter() - start, 3),
+        "python": sys.version,
+    }
+
+
+def main() -> int:
+    """Read the spec from stdin, run, print the result as JSON on stdout."""
+    spec = json.load(sys.stdin)
+    try:
+        result = run_process(spec)
+    except loader.SourceError as exc:
+        print(f"kvqueue worker: {exc}", file=sys.stderr)
+        return 2
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

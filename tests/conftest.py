@@ -1,0 +1,93 @@
+"""Shared fixtures: the hand-written fixture queue, a CLI runner, temporary git repos.
+
+Nothing here (nor in ``tests/queues/``) contains vLLM source text: the fixture queues are
+written from the contract, i.e. the behaviour of ``kvqueue/fast.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvqueue import upstream
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+GOOD_QUEUE = TESTS_DIR / "queues" / "good.py"
+
+
+@pytest.fixture
+def good_path() -> Path:
+    """Path of the correct hand-written fixture queue (``tests/queues/good.py``)."""
+    return GOOD_QUEUE
+
+
+@pytest.fixture
+def good_text() -> str:
+    """Text of ``tests/queues/good.py``."""
+    return GOOD_QUEUE.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def run_cli():
+    """Run ``python -m kvqueue ARGS`` in a fresh interpreter; return the CompletedProcess."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "kvqueue", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
+            timeout=120,
+        )
+
+    return run
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=kvqueue tests", "-c", "user.email=t@example",
+         "-c", "commit.gpgsign=false", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path):
+    """Factory: a git repo whose commits hold given texts at ``upstream.MEMBER``.
+
+    ``make(["text1", "text2"])`` commits each text in turn on branch ``main`` and returns
+    ``(repo_path, [sha1, sha2])``; use ``git(repo, ...)`` from the returned helper for more.
+    """
+
+    def make(texts: list[str], name: str = "repo") -> tuple[Path, list[str]]:
+        repo = tmp_path / name
+        repo.mkdir()
+        _git(repo, "init", "-q", "-b", "main")
+        member = repo / upstream.MEMBER
+        member.parent.mkdir(parents=True)
+        shas = []
+        for number, text in enumerate(texts, start=1):
+            member.write_text(text, encoding="utf-8")
+            _git(repo, "add", "-A")
+            _git(repo, "commit", "-q", "-m", f"commit {number}")
+            shas.append(_git(repo, "rev-parse", "HEAD"))
+        return repo, shas
+
+    make.git = _git
+    return make
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point ``XDG_CACHE_HOME`` at an empty folder; return the kvqueue cache dir in it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "kvqueue"
