@@ -85,12 +85,23 @@ class FreeKVCacheBlockQueue:
             self.num_free_blocks = num - 1
             head = self.fake_free_list_head
             block = head.next_free_block
-            assert block is not None
-            nxt = block.next_free_block
+            # Checks as zero-cost try blocks (CPython >= 3.11): the valid path pays
+            # nothing, and the invalid path raises exactly what upstream raises, with or
+            # without -O (the assert re-raises only when it is compiled in).
+            try:
+                nxt = block.next_free_block
+            except AttributeError:
+                assert block is not None
+                raise
             block.prev_free_block = block.next_free_block = None
-            if nxt is not None:
-                head.next_free_block = nxt
+            try:
+                # Store into nxt first: when nxt is None this fails before any change,
+                # which is upstream's "skip the relink" outcome.
                 nxt.prev_free_block = head
+                head.next_free_block = nxt
+            except AttributeError:
+                if nxt is not None:
+                    raise
             return [block]
         if n == 2:
             num = self.num_free_blocks
@@ -115,10 +126,9 @@ class FreeKVCacheBlockQueue:
         head = self.fake_free_list_head
         curr = head.next_free_block
         ret = []
-        append = ret.append
         for _ in range(n):
             assert curr is not None
-            append(curr)
+            ret.append(curr)
             nxt = curr.next_free_block
             curr.prev_free_block = curr.next_free_block = None
             curr = nxt
@@ -168,20 +178,29 @@ class FreeKVCacheBlockQueue:
 
     def append_n(self, blocks: list[KVCacheBlock]) -> None:
         """Put ``blocks`` at the end of the queue, in their order."""
-        if not blocks:
-            return
-        tail = self.fake_free_list_tail
-        last = tail.prev_free_block
-        assert last is not None, "prev_free_block of fake_free_list_tail should always exist"
-        n = len(blocks)
-        if n == 1:
+        if len(blocks) == 1:
+            tail = self.fake_free_list_tail
+            last = tail.prev_free_block
             block = blocks[0]
+            try:
+                # First store into `last`: a corrupted tail (None) fails before any change.
+                last.next_free_block = block
+            except AttributeError:
+                assert last is not None, (
+                    "prev_free_block of fake_free_list_tail should always exist"
+                )
+                raise
             block.prev_free_block = last
-            last.next_free_block = block
             block.next_free_block = tail
             tail.prev_free_block = block
             self.num_free_blocks += 1
             return
+        n = len(blocks)
+        if n == 0:
+            return
+        tail = self.fake_free_list_tail
+        last = tail.prev_free_block
+        assert last is not None, "prev_free_block of fake_free_list_tail should always exist"
         for block in blocks:
             block.prev_free_block = last
             last.next_free_block = block
@@ -261,12 +280,21 @@ class FloorKVCacheBlockQueue:
             block.prev_free_block = block.next_free_block = None
             self.num_free_blocks -= 1
             return [block]
+        if n == 2:
+            first = head.next_free_block
+            second = first.next_free_block
+            nxt = second.next_free_block
+            head.next_free_block = nxt
+            nxt.prev_free_block = head
+            first.prev_free_block = first.next_free_block = None
+            second.prev_free_block = second.next_free_block = None
+            self.num_free_blocks -= 2
+            return [first, second]
         self.num_free_blocks -= n
         curr = head.next_free_block
         ret = []
-        append = ret.append
         for _ in range(n):
-            append(curr)
+            ret.append(curr)
             nxt = curr.next_free_block
             curr.prev_free_block = curr.next_free_block = None
             curr = nxt
@@ -310,6 +338,14 @@ class FloorKVCacheBlockQueue:
         """Put detached ``blocks`` at the end, in their order."""
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
+        if len(blocks) == 1:
+            block = blocks[0]
+            block.prev_free_block = last
+            last.next_free_block = block
+            block.next_free_block = tail
+            tail.prev_free_block = block
+            self.num_free_blocks += 1
+            return
         for block in blocks:
             block.prev_free_block = last
             last.next_free_block = block

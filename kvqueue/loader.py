@@ -149,14 +149,14 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
             path = upstream.fetch_release(version)
         except upstream.FetchError as exc:
             raise SourceError(str(exc)) from None
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        raw, where = path.read_bytes(), str(path)
     elif base.startswith("git:"):
-        text, where = _read_git(base)
+        raw, where = _read_git(base)
     elif base in ("kvqueue", "kvqueue:floor"):
         if base == "kvqueue:floor" and explicit is None:
             wanted = FLOOR_CLASS if wanted == QUEUE_CLASS else wanted
         path = _OWN_BLOCK_FILE if wanted == BLOCK_CLASS else _OWN_FILE
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        raw, where = path.read_bytes(), str(path)
     else:
         path = Path(base)
         if not path.is_file():
@@ -164,7 +164,11 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
                 f"'{base}' is not a file, nor a known source "
                 "(vllm==X.Y.Z, git:REPO@REF, kvqueue, kvqueue:floor)"
             )
-        text, where = path.read_text(encoding="utf-8"), str(path.resolve())
+        raw, where = path.read_bytes(), str(path.resolve())
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(f"{where} is not UTF-8 text") from None
     cut, first_line = _cut_class(text, wanted, where)
     return ClassSource(
         source=source,
@@ -172,26 +176,29 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
         class_name=wanted,
         text=cut,
         vllm_version=version,
-        file_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        file_sha256=hashlib.sha256(raw).hexdigest(),
         first_line=first_line,
     )
 
 
-def _read_git(base: str) -> tuple[str, str]:
+def _read_git(base: str) -> tuple[bytes, str]:
     """Read ``vllm/v1/core/kv_cache_utils.py`` at REF from ``git:REPO@REF``."""
     spec = base[len("git:") :]
     repo, sep, ref = spec.rpartition("@")
     if not sep or not repo or not ref:
         raise SourceError(f"'{base}' is not of the form git:REPO_PATH@REF")
+    if ref.startswith("-"):
+        # Would be read by git as an option, not a revision.
+        raise SourceError(f"git ref '{ref}' must not start with '-'")
     if not Path(repo).is_dir():
         raise SourceError(f"git repository '{repo}' does not exist")
     proc = subprocess.run(
         ["git", "-C", repo, "show", f"{ref}:{upstream.MEMBER}"],
         capture_output=True,
-        text=True,
     )
     if proc.returncode != 0:
-        reason = (proc.stderr.strip().splitlines() or ["git show failed"])[-1]
+        stderr = proc.stderr.decode(errors="replace").strip()
+        reason = (stderr.splitlines() or ["git show failed"])[-1]
         raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: {reason}")
     return proc.stdout, f"{Path(repo).resolve()}@{ref}:{upstream.MEMBER}"
 

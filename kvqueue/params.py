@@ -138,8 +138,12 @@ def check_counts(p: BenchParams) -> None:
     for pool in p.pools:
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < MIN_POOL:
             raise BenchInputError(f"pool sizes must be whole numbers >= {MIN_POOL}, got {pool!r}")
-    if p.cpu != "auto" and not (str(p.cpu).isdigit()):
-        raise BenchInputError(f"cpu must be 'auto' or a CPU number, got {p.cpu!r}")
+    if p.cpu != "auto":
+        if not str(p.cpu).isdigit():
+            raise BenchInputError(f"cpu must be 'auto' or a CPU number, got {p.cpu!r}")
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        if allowed is not None and int(p.cpu) not in allowed:
+            raise BenchInputError(f"CPU {p.cpu} is not available here (allowed: {allowed})")
     if p.gc not in ("disabled", "enabled"):
         raise BenchInputError(f"gc must be 'disabled' or 'enabled', got {p.gc!r}")
     if len(p.variants) < 2:

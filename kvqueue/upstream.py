@@ -76,13 +76,13 @@ def fetch_release(version: str, python: str | None = None) -> Path:
         The version string is malformed, the release does not exist on the index, the
         index cannot be reached and nothing is cached, or the wheel lacks the module.
     """
-    if not _VERSION_RE.match(version):
+    if not _VERSION_RE.fullmatch(version):
         raise FetchError(f"'{version}' is not a vLLM version number (expected e.g. 0.32.0)")
     target = cached_path(version)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=target.parent) as tmp:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
         cmd = [
             python or sys.executable,
             "-m",
@@ -100,17 +100,24 @@ def fetch_release(version: str, python: str | None = None) -> Path:
         for platform in _PLATFORMS:
             cmd += ["--platform", platform]
         print(f"kvqueue: downloading vLLM {version} wheel (~330 MB, once) ...", file=sys.stderr)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as exc:
+            raise FetchError(f"cannot run {cmd[0]} to download vllm=={version}: {exc}") from None
         if proc.returncode != 0:
             raise FetchError(_explain_pip_failure(version, proc.stderr + proc.stdout))
         wheels = list(Path(tmp).glob("*.whl"))
         if not wheels:
             raise FetchError(f"pip downloaded no wheel for vllm=={version}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
         try:
-            with zipfile.ZipFile(wheels[0]) as zf, zf.open(MEMBER) as src:
-                partial = target.with_suffix(".part")
-                with open(partial, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+            with (
+                zipfile.ZipFile(wheels[0]) as zf,
+                zf.open(MEMBER) as src,
+                open(partial, "wb") as dst,
+            ):
+                shutil.copyfileobj(src, dst)
         except KeyError:
             raise FetchError(
                 f"vllm=={version} has no {MEMBER}: too old for this benchmark"
@@ -123,13 +130,24 @@ def fetch_release(version: str, python: str | None = None) -> Path:
 def _explain_pip_failure(version: str, output: str) -> str:
     """Turn pip's output into one readable line."""
     low = output.lower()
-    if "no matching distribution" in low or "could not find a version" in low:
-        return f"vLLM release {version} does not exist on the package index"
-    if any(s in low for s in ("connection", "network", "temporary failure", "max retries")):
+    # Offline, pip may print connection warnings AND "no matching distribution"; and
+    # "(from versions: none)" means the index listed nothing at all for vllm, which only
+    # happens when it was not reached. So connection trouble is checked first.
+    offline_signs = (
+        "connection",
+        "network is unreachable",
+        "temporary failure",
+        "max retries",
+        "name resolution",
+        "from versions: none",
+    )
+    if any(sign in low for sign in offline_signs):
         return (
             f"cannot reach the package index to fetch vllm=={version}, "
             f"and it is not cached in {cache_dir()}"
         )
+    if "no matching distribution" in low or "could not find a version" in low:
+        return f"vLLM release {version} does not exist on the package index"
     if "no module named pip" in low:
         return "pip is not available to download vLLM releases (install pip or pre-fetch)"
     last = [line for line in output.strip().splitlines() if line.strip()]

@@ -16,6 +16,7 @@ Standard library only: the runner executes this under the interpreter being meas
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -230,8 +231,9 @@ class _ModelRun:
             pos = rng.randint(-1, len(model) - 1)
             cursor = None if pos < 0 else model[pos]
             self.op_desc = f"iter_blocks_after({_namer(q)(cursor)})"
-            got = list(q.iter_blocks_after(cursor))
             want = model[pos + 1 :]
+            # Bounded: a variant whose iteration never ends must fail, not hang the gate.
+            got = list(itertools.islice(q.iter_blocks_after(cursor), len(want) + 2))
             if len(got) != len(want) or any(a is not b for a, b in zip(got, want, strict=True)):
                 self.fail("iter_blocks_after yielded", _ids(want), _ids(got))
         self.check()
@@ -260,16 +262,19 @@ def model_check(variant: Variant, ops: int = DEFAULT_OPS, seed: int = DEFAULT_SE
         At the first divergence, with the operation index, expected and got.
     """
     run = _ModelRun(variant, random.Random(seed))
+    run.model_before = []
     while run.op_index < ops:
-        run.new_episode()
-        for _ in range(min(_EPISODE_OPS, ops - run.op_index)):
-            run.op_index += 1
-            try:
+        try:
+            run.new_episode()
+            for _ in range(min(_EPISODE_OPS, ops - run.op_index)):
+                run.op_index += 1
                 run.step()
-            except ValidationError:
-                raise
-            except Exception as exc:
-                run.fail("valid operation raised", "no exception", f"{type(exc).__name__}: {exc}")
+        except ValidationError:
+            raise
+        except Exception as exc:
+            # A crash of the variant (e.g. in __init__ or on a missing sentinel) is a
+            # refusal like any other divergence, not a crash of the gate.
+            run.fail("valid operation raised", "no exception", f"{type(exc).__name__}: {exc}")
     return run.op_index
 
 
@@ -409,20 +414,27 @@ def observe(variant: Variant, scenario: _Scenario) -> dict[str, Any]:
     variant that raises the right error but leaves different partial damage differs.
     """
     _, size, corrupt, call = scenario
-    q, blocks = _scenario_queue(variant, size)
-    if corrupt is not None:
-        corrupt(q, blocks)
-    name = _namer(q)
+    try:
+        q, blocks = _scenario_queue(variant, size)
+        if corrupt is not None:
+            corrupt(q, blocks)
+        name = _namer(q)
+    except Exception as exc:
+        return {"outcome": ("__init__ or setup raised", type(exc).__name__, str(exc))}
     try:
         ret = call(q, blocks)
         outcome: Any = ("returned", [name(r) for r in ret] if isinstance(ret, list) else name(ret))
     except Exception as exc:
         outcome = ("raised", type(exc).__name__, str(exc))
-    links = {
-        name(b): (name(b.prev_free_block), name(b.next_free_block))
-        for b in [q.fake_free_list_head, q.fake_free_list_tail, *blocks]
-    }
-    return {"outcome": outcome, "num_free_blocks": q.num_free_blocks, "links": links}
+    try:
+        links = {
+            name(b): (name(b.prev_free_block), name(b.next_free_block))
+            for b in [q.fake_free_list_head, q.fake_free_list_tail, *blocks]
+        }
+        count = q.num_free_blocks
+    except Exception as exc:
+        links, count = {"unreadable": f"{type(exc).__name__}: {exc}"}, None
+    return {"outcome": outcome, "num_free_blocks": count, "links": links}
 
 
 def compare_invalid(baseline: Variant, candidate: Variant) -> int:
@@ -441,15 +453,16 @@ def compare_invalid(baseline: Variant, candidate: Variant) -> int:
     for index, scenario in enumerate(INVALID_SCENARIOS, start=1):
         want, got = observe(baseline, scenario), observe(candidate, scenario)
         for key in ("outcome", "num_free_blocks", "links"):
-            if want[key] != got[key]:
+            if want.get(key) != got.get(key):
                 detail = key
                 if key == "links":
-                    diff = [k for k in want[key] if want[key][k] != got[key].get(k)]
+                    keys = list(dict.fromkeys([*want[key], *got[key]]))
+                    diff = [k for k in keys if want[key].get(k) != got[key].get(k)]
                     detail = f"links of block(s) {diff} (prev, next)"
-                    want_v = {k: want[key][k] for k in diff}
+                    want_v = {k: want[key].get(k) for k in diff}
                     got_v = {k: got[key].get(k) for k in diff}
                 else:
-                    want_v, got_v = want[key], got[key]
+                    want_v, got_v = want.get(key), got.get(key)
                 raise ValidationError(
                     0,
                     f"invalid operation {index} '{scenario[0]}': {detail} differs from the "

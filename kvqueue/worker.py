@@ -8,7 +8,8 @@ Inside the process:
 
 1. pin to one CPU (``os.sched_setaffinity``) and record which;
 2. load every variant (from the cache; sha256 checked against the gate's record) and
-   build every variant's pools before any timing;
+   build the pools before any timing: one set of blocks per pool size, shared by all
+   variants (see :class:`SharedPool`);
 3. per (case, pool): calibrate the loop count once on the baseline so a sample lasts
    about ``sample_ms``; warm every variant up; then take ``samples`` rounds, each timing
    every variant once in a freshly shuffled (seeded, recorded) order.
@@ -22,6 +23,7 @@ import os
 import random
 import sys
 import time
+from functools import partial
 from typing import Any
 
 from kvqueue import cases as case_mod
@@ -68,6 +70,49 @@ def calibrate(run: case_mod.Runner, sample_ns: int) -> int:
         loops *= 2
 
 
+class SharedPool:
+    """One set of blocks that every variant's queue takes turns to own.
+
+    Giving each variant a pool of its own gave each a different memory layout, which
+    showed as a ~2% bias between two copies of the same class (an A/A pair), larger
+    than the effects of interest. Here all variants link the SAME block objects: before
+    a variant is timed, the chain is handed over to its sentinels in O(1) (setup, never
+    timed), so every variant runs on identical memory and on the same queue state.
+    """
+
+    def __init__(self, size: int, block_cls: type, queues: dict[str, Any]) -> None:
+        self.blocks = [block_cls(block_id=i) for i in range(size)]
+        self.queues: dict[str, Any] = {}
+        for label, queue_cls in queues.items():
+            self.queues[label] = queue_cls(self.blocks)
+            self.owner = label  # each __init__ relinks every block to its own sentinels
+
+    def timed(self, runners: dict[str, case_mod.Runner], label: str, loops: int) -> int:
+        """Hand the chain of blocks to ``label``'s queue (untimed), then time its runner."""
+        if self.owner != label:
+            hand_over(self.queues[self.owner], self.queues[label])
+            self.owner = label
+        return runners[label](loops)
+
+
+def hand_over(src: Any, dst: Any) -> None:
+    """Move the whole chain of blocks from queue ``src`` to queue ``dst`` in O(1).
+
+    Only the documented attributes are used: the two sentinels and ``num_free_blocks``.
+    ``src`` is left empty and consistent.
+    """
+    s_head, s_tail = src.fake_free_list_head, src.fake_free_list_tail
+    d_head, d_tail = dst.fake_free_list_head, dst.fake_free_list_tail
+    first, last = s_head.next_free_block, s_tail.prev_free_block
+    if first is s_tail:
+        d_head.next_free_block, d_tail.prev_free_block = d_tail, d_head
+    else:
+        d_head.next_free_block, first.prev_free_block = first, d_head
+        d_tail.prev_free_block, last.next_free_block = last, d_tail
+    s_head.next_free_block, s_tail.prev_free_block = s_tail, s_head
+    dst.num_free_blocks, src.num_free_blocks = src.num_free_blocks, 0
+
+
 def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one process's share of the protocol.
 
@@ -100,12 +145,12 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     sample_ns = int(spec["sample_ms"] * 1_000_000)
     block_cls = variants[0].block_cls
 
-    # Build every pool of every variant before any timing.
-    pools: dict[tuple[int, str], tuple[Any, list[Any]]] = {}
-    for pool in spec["pools"]:
-        for variant, label in zip(variants, labels, strict=True):
-            blocks = [block_cls(block_id=i) for i in range(pool)]
-            pools[pool, label] = (variant.queue_cls(blocks), blocks)
+    # Build every pool before any timing; queues are constructed in a shuffled order.
+    order = rng.sample(range(len(labels)), len(labels))
+    pools = {
+        size: SharedPool(size, block_cls, {labels[i]: variants[i].queue_cls for i in order})
+        for size in spec["pools"]
+    }
 
     rows: list[list[Any]] = []
     loops_used: dict[str, int] = {}
@@ -113,22 +158,26 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         for case in spec["cases"]:
             for pool in spec["pools"]:
+                shared = pools[pool]
                 runners = {
-                    label: case_mod.make_runner(case, *pools[pool, label], spec["case_seed"])
+                    label: case_mod.make_runner(
+                        case, shared.queues[label], shared.blocks, spec["case_seed"]
+                    )
                     for label in labels
                 }
+
                 per_loop = case_mod.ops_per_loop(case, pool)
                 gc.collect()
                 if spec["gc"] == "disabled":
                     gc.disable()
-                loops = calibrate(runners[labels[0]], sample_ns)
+                loops = calibrate(partial(shared.timed, runners, labels[0]), sample_ns)
                 loops_used[f"{case}/{pool}"] = loops
                 for label in rng.sample(labels, len(labels)):  # warm-up, not recorded
-                    runners[label](loops)
+                    shared.timed(runners, label, loops)
                 for sample in range(spec["samples"]):
                     order = rng.sample(labels, len(labels))
                     for position, label in enumerate(order):
-                        ns = runners[label](loops)
+                        ns = shared.timed(runners, label, loops)
                         rows.append(
                             [
                                 case,

@@ -51,8 +51,18 @@ def run_cli():
 
 def _git(repo: Path, *args: str) -> str:
     proc = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=kvqueue tests", "-c", "user.email=t@example",
-         "-c", "commit.gpgsign=false", *args],
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=kvqueue tests",
+            "-c",
+            "user.email=t@example",
+            "-c",
+            "commit.gpgsign=false",
+            *args,
+        ],
         capture_output=True,
         text=True,
         check=True,

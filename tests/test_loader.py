@@ -80,7 +80,9 @@ def test_file_class_suffix_picks_another_class(good_path):
     assert loader.read_source(f"{good_path}::IncompleteQueue", "KVCacheBlock").class_name == (
         "IncompleteQueue"
     )
-    floor = loader.load_variants([str(good_path), f"{KVQUEUE_DIR / 'fast.py'}::FloorKVCacheBlockQueue"])
+    floor = loader.load_variants(
+        [str(good_path), f"{KVQUEUE_DIR / 'fast.py'}::FloorKVCacheBlockQueue"]
+    )
     assert floor[1].queue_cls.__name__ == "FloorKVCacheBlockQueue"
     assert floor[1].is_bound
     smoke(floor[1])
@@ -308,12 +310,6 @@ def test_no_network_and_no_cache(empty_cache, monkeypatch):
     assert_one_line_source_error(info, "cannot reach the package index", str(empty_cache))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG upstream._explain_pip_failure: offline pip also prints 'No matching "
-    "distribution found ... (from versions: none)', which is checked first, so a network "
-    "failure is reported as 'release does not exist'",
-)
 def test_no_network_reported_as_such_with_pips_real_offline_output(empty_cache, monkeypatch):
     monkeypatch.setattr(upstream, "subprocess", pip_says(OFFLINE))
     with pytest.raises(loader.SourceError) as info:
@@ -418,7 +414,12 @@ def test_class_lacking_queue_methods(good_path, cls, missing):
 
 def test_attribute_that_is_not_callable(tmp_path, good_text):
     bad = tmp_path / "not_callable.py"
-    bad.write_text(good_text.replace("    def get_all_free_blocks(self)", "    get_all_free_blocks = 3\n\n    def _unused(self)"))
+    bad.write_text(
+        good_text.replace(
+            "    def get_all_free_blocks(self)",
+            "    get_all_free_blocks = 3\n\n    def _unused(self)",
+        )
+    )
     with pytest.raises(loader.SourceError) as info:
         loader.load_variants(["kvqueue", str(bad)])
     assert_one_line_source_error(info, "lacks queue method(s): get_all_free_blocks")

@@ -47,9 +47,9 @@ class FreeKVCacheBlockQueue:
         self.fake_free_list_head = KVCacheBlock(block_id=-1)
         self.fake_free_list_tail = KVCacheBlock(block_id=-1)
         chain = [self.fake_free_list_head, *blocks, self.fake_free_list_tail]
-        for left, right in zip(chain, chain[1:]):
-            left.next_free_block = right
-            right.prev_free_block = left
+        for i in range(1, len(chain)):
+            chain[i - 1].next_free_block = chain[i]
+            chain[i].prev_free_block = chain[i - 1]
 
     def popleft(self) -> KVCacheBlock:
         """Detach and return the first block."""

@@ -1,0 +1,535 @@
+"""The validation gate (kvqueue.validate) refuses broken queues and passes correct ones.
+
+The broken queues are *mutants* of the hand-written correct fixture
+``tests/queues/good.py``: each applies one or two small, plausible edits to the text of
+its ``FreeKVCacheBlockQueue`` (dropping a link reset, an assert, changing a message, ...).
+All mutants are written as differently named classes into one generated file, and each
+is selected with ``FILE::ClassName``, exactly like a user would select a class.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvqueue import loader, validate
+
+# Smaller than the default so the ~20 gate runs below stay fast; every mutant here is
+# caught within the first few hundred operations (or by the invalid-operation table).
+QUICK_OPS = 5_000
+TAIL_MSG = '"prev_free_block of fake_free_list_tail should always exist"'
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One deliberate bug: ``edits`` are (old, new) text replacements in the good class."""
+
+    name: str
+    bug: str
+    edits: tuple[tuple[str, str], ...]
+    names_op: str  # the gate's error must name this operation
+
+
+MUTANTS = [
+    Mutant(
+        "PopleftKeepsLinks",
+        "popleft() does not clear the links of the popped block",
+        (("        first.prev_free_block = None\n        first.next_free_block = None\n", ""),),
+        "popleft()",
+    ),
+    Mutant(
+        "AppendNCountOffByOne",
+        "append_n() of 2+ blocks counts one block too few",
+        (
+            (
+                "        self.num_free_blocks += len(blocks)\n\n    def prepend_n",
+                "        self.num_free_blocks += len(blocks) - 1\n\n    def prepend_n",
+            ),
+        ),
+        "append_n([",
+    ),
+    Mutant(
+        "PrependNReversed",
+        "prepend_n() links the batch in reverse order",
+        (
+            (
+                "        prev = self.fake_free_list_head\n        for block in blocks:",
+                "        prev = self.fake_free_list_head\n        for block in reversed(blocks):",
+            ),
+        ),
+        "prepend_n([",
+    ),
+    Mutant(
+        "WrongEmptyMessage",
+        "popleft() on an empty queue raises with a different message",
+        (('raise ValueError("No free blocks available")', 'raise ValueError("Queue is empty")'),),
+        "'popleft() on an empty queue'",
+    ),
+    Mutant(
+        "WrongSyncMessage",
+        "the out-of-sync assert of popleft() has a different message",
+        (("is out of sync with the free list.", "does not match the free list."),),
+        "'popleft() with a corrupted head sentinel'",
+    ),
+    Mutant(
+        "WrongRemoveExceptionType",
+        "remove() of a detached block raises ValueError instead of RuntimeError",
+        (('raise RuntimeError(f"remove() called', 'raise ValueError(f"remove() called'),),
+        "'remove() of a detached block'",
+    ),
+    Mutant(
+        "AppendAssertsInsteadOfRaising",
+        "append() with a corrupted tail asserts instead of raising RuntimeError",
+        (
+            (
+                f"        if last is None:\n            raise RuntimeError({TAIL_MSG})\n",
+                f"        assert last is not None, {TAIL_MSG}\n",
+            ),
+        ),
+        "'append() with a corrupted tail sentinel'",
+    ),
+    Mutant(
+        "CursorOffByOne",
+        "iter_blocks_after(cursor) yields the cursor itself",
+        (
+            (
+                "        curr = start.next_free_block\n        while curr is not None and",
+                "        curr = start if cursor is not None else start.next_free_block\n"
+                "        while curr is not None and",
+            ),
+        ),
+        "iter_blocks_after(",
+    ),
+    Mutant(
+        "BatchPopForgetsBackLink",
+        "popleft_n(k>=2) does not set the back link of the new first block",
+        (
+            (
+                "            self.fake_free_list_head.next_free_block = curr\n"
+                "            curr.prev_free_block = self.fake_free_list_head\n",
+                "            self.fake_free_list_head.next_free_block = curr\n",
+            ),
+        ),
+        "popleft_n(",
+    ),
+    Mutant(
+        "RemoveKeepsLinks",
+        "remove() does not clear the links of the removed block",
+        (
+            (
+                "        block.prev_free_block = None\n        block.next_free_block = None\n"
+                "        self.num_free_blocks -= 1\n",
+                "        self.num_free_blocks -= 1\n",
+            ),
+        ),
+        "remove(block ",
+    ),
+    Mutant(
+        "PopOneSkipsAssert",
+        "the popleft_n(1) fast path skips the n > free assert",
+        (("            assert self.num_free_blocks >= 1\n", ""),),
+        "'popleft_n(1) on an empty queue'",
+    ),
+    Mutant(
+        "AppendOneIgnoresCorruptTail",
+        "the append_n single-block path does not assert on a corrupted tail sentinel",
+        (
+            (
+                f"            assert last is not None, {TAIL_MSG}\n            block = blocks[0]\n",
+                "            block = blocks[0]\n",
+            ),
+        ),
+        "'append_n([1 block]) with a corrupted tail sentinel'",
+    ),
+    Mutant(
+        "GetAllIncludesTail",
+        "get_all_free_blocks() also returns the tail sentinel",
+        (
+            (
+                "        while curr.next_free_block is not None:\n",
+                "        while curr is not None:\n",
+            ),
+        ),
+        "get_all_free_blocks()",
+    ),
+    Mutant(
+        "PopZeroReturnsNone",
+        "popleft_n(0) returns None instead of an empty list",
+        (
+            (
+                "        if n == 0:\n            return []\n",
+                "        if n == 0:\n            return None\n",
+            ),
+        ),
+        "popleft_n(0)",
+    ),
+    Mutant(
+        "BatchPopCountsLate",
+        "popleft_n(k>=3) decrements the count after the loop (different partial state)",
+        (
+            ("        self.num_free_blocks -= n\n        taken = []\n", "        taken = []\n"),
+            ("        return taken\n", "        self.num_free_blocks -= n\n        return taken\n"),
+        ),
+        "over a broken chain'",
+    ),
+    Mutant(
+        "PopleftSkipsNextCheck",
+        "popleft() does not check the next link of the first block",
+        (
+            (
+                "        if second is None:\n            raise RuntimeError(\n",
+                "        if second is None and False:\n            raise RuntimeError(\n",
+            ),
+        ),
+        "'popleft() of a first block without next link'",
+    ),
+    Mutant(
+        "AppendForgetsCount",
+        "append() does not increase num_free_blocks",
+        (
+            (
+                "        self.fake_free_list_tail.prev_free_block = block\n"
+                "        self.num_free_blocks += 1\n\n    def append_n",
+                "        self.fake_free_list_tail.prev_free_block = block\n\n    def append_n",
+            ),
+        ),
+        "append(block ",
+    ),
+    Mutant(
+        "AppendForgetsTailBackLink",
+        "append() leaves the tail's back link on the old last block",
+        (
+            (
+                "        block.next_free_block = self.fake_free_list_tail\n"
+                "        self.fake_free_list_tail.prev_free_block = block\n"
+                "        self.num_free_blocks += 1\n\n    def append_n",
+                "        block.next_free_block = self.fake_free_list_tail\n"
+                "        self.num_free_blocks += 1\n\n    def append_n",
+            ),
+        ),
+        "append(block ",
+    ),
+    Mutant(
+        "PrependNEmptyWithoutEarlyReturn",
+        "prepend_n([]) checks the head sentinel anyway (asserts on a corrupted head)",
+        (("        if not blocks:\n            return\n        old_first", "        old_first"),),
+        "'prepend_n([]) with a corrupted head sentinel'",
+    ),
+]
+
+
+def good_class_text(good_text: str) -> str:
+    start = good_text.index("class FreeKVCacheBlockQueue:")
+    end = good_text.index("\n\n\nclass IncompleteQueue")
+    return good_text[start:end] + "\n"
+
+
+def mutate(good_text: str, mutant: Mutant, class_name: str | None = None) -> str:
+    """Return the good queue class with ``mutant``'s edits, renamed."""
+    text = good_class_text(good_text)
+    for old, new in mutant.edits:
+        assert text.count(old) == 1, f"{mutant.name}: edit does not apply once: {old!r}"
+        text = text.replace(old, new)
+    return text.replace("class FreeKVCacheBlockQueue:", f"class {class_name or mutant.name}:")
+
+
+@pytest.fixture(scope="module")
+def broken_file(tmp_path_factory) -> Path:
+    """One file: the fixture's KVCacheBlock and every mutant as its own class."""
+    good_text = (Path(__file__).parent / "queues" / "good.py").read_text()
+    header = good_text[: good_text.index("class FreeKVCacheBlockQueue:")]
+    path = tmp_path_factory.mktemp("broken") / "broken.py"
+    path.write_text(header + "\n\n".join(mutate(good_text, m) for m in MUTANTS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def baseline() -> loader.Variant:
+    return loader.load_variants(["kvqueue"])[0]
+
+
+def load(source: str, baseline: loader.Variant) -> loader.Variant:
+    return loader.load_variant(source, (baseline.block_cls, baseline.block_src))
+
+
+def test_there_are_enough_distinct_mutants(broken_file):
+    assert len(MUTANTS) >= 10
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+    texts = {loader.read_source(f"{broken_file}::{m.name}").sha256 for m in MUTANTS}
+    assert len(texts) == len(MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_gate_refuses_broken_queue(mutant, broken_file, baseline):
+    broken = load(f"{broken_file}::{mutant.name}", baseline)
+    base_result, result = validate.gate([baseline, broken], ops=QUICK_OPS)
+    assert base_result.ok, base_result.error
+    assert base_result.role == "baseline"
+    assert result.ok is False, f"gate passed a queue where {mutant.bug}"
+    assert result.role == "candidate"
+    assert result.label == f"{broken_file}::{mutant.name}"
+    assert mutant.names_op in result.error, result.error
+    assert "expected:" in result.error and "got:" in result.error, result.error
+    first = result.error.splitlines()[0]
+    assert re.match(r"(operation #\d+ |invalid operation \d+ ')", first), first
+    assert result.line().startswith("FAIL")
+
+
+def test_model_check_failure_reports_index_and_model(broken_file, baseline):
+    broken = load(f"{broken_file}::PopleftKeepsLinks", baseline)
+    with pytest.raises(validate.ValidationError) as info:
+        validate.model_check(broken, ops=QUICK_OPS)
+    message = str(info.value)
+    index = int(re.match(r"operation #(\d+) popleft\(\)", message).group(1))
+    assert info.value.passed == index - 1
+    assert "is not in the queue but its links are not cleared" in message
+    assert "model before the operation: [" in message
+
+
+def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
+    broken = load(f"{broken_file}::WrongRemoveExceptionType", baseline)
+    with pytest.raises(validate.ValidationError) as info:
+        validate.compare_invalid(baseline, broken)
+    message = str(info.value)
+    assert "outcome differs from the baseline" in message
+    assert "expected: ('raised', 'RuntimeError', 'remove() called on an invalid block:" in message
+    assert "got:      ('raised', 'ValueError', 'remove() called on an invalid block:" in message
+
+
+def test_invalid_op_partial_state_is_compared(broken_file, baseline):
+    """Same exception, different damage left behind: refused on the count."""
+    broken = load(f"{broken_file}::BatchPopCountsLate", baseline)
+    validate.model_check(broken, ops=2_000)  # valid operations all behave
+    with pytest.raises(validate.ValidationError, match="num_free_blocks differs"):
+        validate.compare_invalid(baseline, broken)
+
+
+def test_invalid_scenarios_table():
+    names = [s[0] for s in validate.INVALID_SCENARIOS]
+    assert len(names) >= 9
+    assert len(set(names)) == len(names)
+
+
+def test_gate_keeps_checking_after_a_refusal(broken_file, baseline):
+    """Every variant gets a result; a refusal in the middle does not stop the gate."""
+    variants = [
+        baseline,
+        load(f"{broken_file}::GetAllIncludesTail", baseline),
+        load("kvqueue", baseline),
+    ]
+    results = validate.gate(variants, ops=2_000)
+    assert [r.ok for r in results] == [True, False, True]
+    assert results[2].invalid_compared == len(validate.INVALID_SCENARIOS)
+
+
+def test_gate_refuses_a_queue_whose_constructor_raises(tmp_path, good_text, baseline):
+    bad = tmp_path / "bad_init.py"
+    bad.write_text(
+        good_text.replace(
+            "        chain = [self.fake_free_list_head,",
+            "        if not blocks:\n            raise TypeError('no blocks')\n"
+            "        chain = [self.fake_free_list_head,",
+        )
+    )
+    results = validate.gate([baseline, load(str(bad), baseline)], ops=2_000)
+    assert results[1].ok is False
+    assert "__init__" in results[1].error
+
+
+# ---------------------------------------------------------- the real default run
+
+
+@pytest.fixture(scope="module")
+def default_run(good_path_module):
+    """Gate at the DEFAULT op count: kvqueue, the good fixture and the floor bound.
+
+    Counts every model-check step and check, and the kinds of operations run.
+    """
+    calls = Counter()
+    kinds = Counter()
+    real_step, real_check = validate._ModelRun.step, validate._ModelRun.check
+
+    def step(self):
+        calls["step", self.v.label] += 1
+        real_step(self)
+        kinds[self.v.label, re.match(r"[a-z_]+", self.op_desc).group()] += 1
+
+    def check(self):
+        calls["check", self.v.label] += 1
+        real_check(self)
+
+    variants = loader.load_variants(["kvqueue", str(good_path_module), "kvqueue:floor"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate._ModelRun, "step", step)
+        mp.setattr(validate._ModelRun, "check", check)
+        results = validate.gate(variants)
+    return variants, results, calls, kinds
+
+
+@pytest.fixture(scope="module")
+def good_path_module() -> Path:
+    return Path(__file__).parent / "queues" / "good.py"
+
+
+def test_default_op_count_is_at_least_60000(default_run):
+    variants, results, calls, _ = default_run
+    assert validate.DEFAULT_OPS >= 60_000
+    for variant, result in zip(variants, results, strict=True):
+        assert result.ok, result.error
+        assert result.ops_checked >= 60_000
+        assert calls["step", variant.label] == result.ops_checked
+        # A full check after every operation, plus one per fresh queue (episode).
+        assert calls["check", variant.label] > result.ops_checked
+
+
+def test_default_run_exercises_every_operation(default_run):
+    variants, _, _, kinds = default_run
+    expected = {
+        "popleft",
+        "popleft_n",
+        "remove",
+        "append",
+        "append_n",
+        "prepend_n",
+        "get_all_free_blocks",
+        "iter_blocks_after",
+    }
+    for variant in variants:
+        seen = {kind for (label, kind), n in kinds.items() if label == variant.label and n > 500}
+        assert seen == expected
+
+
+def test_correct_fixture_queue_passes(default_run):
+    _, (base, good, _), _, _ = default_run
+    assert base.role == "baseline" and base.ok
+    assert base.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert good.role == "candidate" and good.ok and good.error is None
+    assert good.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert good.line().startswith("PASS")
+    assert good.sha256 in good.line()
+
+
+def test_bound_is_model_checked_but_skips_invalid_ops(default_run):
+    variants, results, _, _ = default_run
+    floor, result = variants[2], results[2]
+    assert floor.is_bound
+    assert result.role == "bound"
+    assert result.ok, result.error
+    assert result.ops_checked == validate.DEFAULT_OPS
+    assert result.invalid_compared == 0
+    assert "invalid ops skipped (bound)" in result.line()
+    # Skipping matters: the check-free floor would fail the invalid-operation comparison.
+    with pytest.raises(validate.ValidationError):
+        validate.compare_invalid(variants[0], floor)
+
+
+def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baseline):
+    mutant = next(m for m in MUTANTS if m.name == "BatchPopForgetsBackLink")
+    path = tmp_path / "floor.py"
+    path.write_text(mutate(good_text, mutant, class_name=loader.FLOOR_CLASS))
+    floor = load(f"{path}::{loader.FLOOR_CLASS}", baseline)
+    assert floor.is_bound
+    result = validate.gate([baseline, floor], ops=QUICK_OPS)[1]
+    assert result.role == "bound"
+    assert not result.ok
+    assert result.error.startswith("operation #") and "popleft_n(" in result.error
+
+
+# ------------------------------------------------------------------ determinism
+
+
+def op_sequence(variant: loader.Variant, seed: int, ops: int = 3_000) -> list[str]:
+    seen = []
+    real_step = validate._ModelRun.step
+
+    def step(self):
+        real_step(self)
+        seen.append(self.op_desc)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate._ModelRun, "step", step)
+        assert validate.model_check(variant, ops=ops, seed=seed) == ops
+    return seen
+
+
+def test_same_seed_same_operations(baseline):
+    first = op_sequence(baseline, seed=7)
+    assert first == op_sequence(baseline, seed=7)
+    assert first != op_sequence(baseline, seed=8)
+    assert len(set(first)) > 100
+
+
+def test_same_seed_same_result(broken_file, baseline):
+    broken = load(f"{broken_file}::CursorOffByOne", baseline)
+    runs = [validate.gate([baseline, broken], ops=QUICK_OPS, seed=s)[1] for s in (11, 11, 12)]
+    assert runs[0].error == runs[1].error
+    assert runs[0].ops_checked == runs[1].ops_checked
+    assert runs[0].error != runs[2].error
+
+
+# ---------------------------------------------------------------------- the CLI
+
+
+def test_cli_pass_exit_0(run_cli, good_path):
+    proc = run_cli("validate", "kvqueue", str(good_path), "kvqueue:floor", "--ops", "2000")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("validation gate: seed")
+    assert "baseline kvqueue" in lines[0]
+    assert [line.split()[0] for line in lines[1:]] == ["PASS"] * 3
+    assert "2,000 ops checked" in lines[2]
+    assert len(re.findall(r"sha256 [0-9a-f]{64}", proc.stdout)) == 3
+
+
+def test_cli_failing_variant_exit_1_with_diff(run_cli, broken_file):
+    source = f"{broken_file}::RemoveKeepsLinks"
+    proc = run_cli("validate", "kvqueue", source, "--ops", "2000")
+    assert proc.returncode == 1, proc.stderr
+    assert "FAIL" in proc.stdout
+    assert "operation #1 remove(block " in proc.stdout
+    assert "expected: (None, None)" in proc.stdout
+    assert "got:      (" in proc.stdout
+    assert proc.stderr.strip() == f"refused: {source}"
+
+
+def test_cli_bad_source_exit_2(run_cli, tmp_path):
+    proc = run_cli("validate", "kvqueue", str(tmp_path / "nope.py"))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    err = proc.stderr.strip()
+    assert err.startswith("kvqueue validate: ") and "\n" not in err
+    proc = run_cli("validate", "kvqueue", "vllm==not.a.version")
+    assert proc.returncode == 2
+    assert "is not a vLLM version number" in proc.stderr
+
+
+def test_cli_json(run_cli, good_path):
+    proc = run_cli("validate", "kvqueue", str(good_path), "--ops", "1000", "--seed", "5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["seed"] == 5 and doc["ops"] == 1000
+    base, good = doc["results"]
+    assert base["ok"] and good["ok"]
+    assert good["provenance"]["resolved_path"] == str(good_path.resolve())
+    assert good["provenance"]["block_source"] == "kvqueue"
+    assert good["sha256"] == good["provenance"]["class_sha256"]
+
+
+# -------------------------------------------------- against the real release
+
+
+@pytest.mark.network
+def test_mutants_refused_against_vllm_0_32_0(broken_file):
+    """The same mutants, with the real release as baseline and block class."""
+    sources = ["vllm==0.32.0", *(f"{broken_file}::{m.name}" for m in MUTANTS)]
+    variants = loader.load_variants(sources)
+    results = validate.gate(variants, ops=QUICK_OPS)
+    assert results[0].ok, results[0].error
+    for mutant, result in zip(MUTANTS, results[1:], strict=True):
+        assert not result.ok, mutant.name
+        assert mutant.names_op in result.error, (mutant.name, result.error)
