@@ -7,6 +7,7 @@ saved as ``data/raw/<host>/<run-id>/bench.ipynb``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -66,7 +67,7 @@ def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
                 progress_bar=False,
                 stdout_file=sys.stderr,
                 stderr_file=sys.stderr,
-                cwd=str(hostinfo.PROJECT_DIR),
+                cwd=os.getcwd(),  # relative variant paths resolve where they were checked
             )
         except pm.PapermillExecutionError as exc:
             if exc.ename in _ERRORS:

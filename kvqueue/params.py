@@ -184,12 +184,12 @@ def check_python(python: str) -> str:
 
 
 def check_sources(p: BenchParams) -> None:
-    """Resolve every variant source (fetching releases into the cache) or refuse."""
-    wanted = [(s, loader.QUEUE_CLASS) for s in p.variants]
-    if p.block_source:
-        wanted.append((p.block_source, loader.BLOCK_CLASS))
-    for source, class_name in wanted:
+    """Resolve and load every variant (fetching releases into the cache) or refuse.
+
+    Loading (not just reading) catches a class that lacks a queue method up front.
+    """
+    for source in p.variants:
         try:
-            loader.read_source(source, class_name)
+            loader.load_variants([source], block_source=p.block_source or p.variants[0])
         except loader.SourceError as exc:
             raise BenchInputError(f"variant '{source}': {exc}") from None

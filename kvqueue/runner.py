@@ -15,16 +15,19 @@ Order of work (DESIGN §4, §6):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import random
 import secrets
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvqueue import hostinfo, schema
 from kvqueue.params import (
@@ -59,6 +62,8 @@ def new_run_id(python_tag: str) -> str:
 
 def _worker_env() -> dict[str, str]:
     # The measured interpreter has nothing installed: it finds the package by path.
+    # Gate and workers run in the caller's folder, so relative variant paths resolve
+    # there exactly as they did when the parameters were checked.
     env = dict(os.environ)
     env["PYTHONPATH"] = str(hostinfo.PROJECT_DIR)
     env.pop("PYTHONSTARTUP", None)
@@ -95,7 +100,6 @@ def run_gate(params: BenchParams) -> list[dict[str, Any]]:
         [*cmd, *params.sources],
         capture_output=True,
         text=True,
-        cwd=hostinfo.PROJECT_DIR,
         env=_worker_env(),
     )
     try:
@@ -139,10 +143,13 @@ class RunWriter:
         self.save()
 
     def add_process(self, phase: str, process: int, rows: list[list[Any]], info: dict) -> None:
-        self.rows.extend([process, phase, *row] for row in rows)
-        self.record["processes_completed"][phase] += 1
-        self.record["process_info"].append(info)
-        self.save()
+        # Ctrl-C between these updates would let the interrupt handler save rows of a
+        # process that run.json does not count: hold SIGINT until both are on disk.
+        with _sigint_held():
+            self.rows.extend([process, phase, *row] for row in rows)
+            self.record["processes_completed"][phase] += 1
+            self.record["process_info"].append(info)
+            self.save()
 
     def save(self, status: str | None = None) -> None:
         if status:
@@ -152,6 +159,19 @@ class RunWriter:
         lines += [",".join(_fmt(v) for v in row) for row in self.rows]
         write_atomic(self.dir / "samples.csv", "\n".join(lines) + "\n")
         write_atomic(self.dir / "run.json", json.dumps(self.record, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Delay SIGINT (delivered on exit) where the platform allows it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _fmt(value: Any) -> str:
@@ -301,7 +321,6 @@ def _run_worker(python: str, spec: dict[str, Any]) -> dict[str, Any]:
         input=json.dumps(spec),
         capture_output=True,
         text=True,
-        cwd=hostinfo.PROJECT_DIR,
         env=_worker_env(),
     )
     if proc.returncode != 0:
@@ -313,9 +332,16 @@ def _run_worker(python: str, spec: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------ CLI
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors become one-line BenchInputErrors (``make bench: ...``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BenchInputError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m kvqueue bench`` argument parser (the Makefile maps its variables)."""
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="python -m kvqueue bench", description="Collect one run of the timing protocol."
     )
     p.add_argument("--host", help="label of this machine (folder under data/raw)")
@@ -375,8 +401,9 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
 
 def main(argv: list[str]) -> int:
     """``python -m kvqueue bench``: check input, then run via the bench notebook."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
+        args.raw_dir = args.raw_dir.resolve()
         params = params_from_args(args)
         check_sources(params)  # fetch releases now: a bad source is a one-line error
         if args.no_notebook:
