@@ -17,6 +17,7 @@ is the run's shared block class, so the classes must not use other module-level 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NoReturn
 
 from kvqueue.block import KVCacheBlock
 
@@ -61,21 +62,34 @@ class FreeKVCacheBlockQueue:
         """Pop the first free block and reduce ``num_free_blocks`` by 1."""
         head = self.fake_free_list_head
         first = head.next_free_block
-        if first is self.fake_free_list_tail or first is None:
-            assert self.num_free_blocks == 0, (
-                f"num_free_blocks ({self.num_free_blocks}) is out of sync with the free list."
-            )
-            raise ValueError("No free blocks available")
-        nxt = first.next_free_block
-        if nxt is None:
-            raise RuntimeError(
-                "Invalid block found in popleft() which doesn't have a valid next_free_block"
-            )
+        if first is self.fake_free_list_tail:
+            self._raise_empty()
+        try:
+            nxt = first.next_free_block
+        except AttributeError:
+            if first is None:
+                self._raise_empty()
+            raise
+        try:
+            # Store into nxt first: when nxt is None this fails before any change.
+            nxt.prev_free_block = head
+        except AttributeError:
+            if nxt is None:
+                raise RuntimeError(
+                    "Invalid block found in popleft() which doesn't have a valid next_free_block"
+                ) from None
+            raise
         head.next_free_block = nxt
-        nxt.prev_free_block = head
         first.prev_free_block = first.next_free_block = None
         self.num_free_blocks -= 1
         return first
+
+    def _raise_empty(self) -> NoReturn:
+        """Raise what popleft() raises on an empty queue (after checking the count)."""
+        assert self.num_free_blocks == 0, (
+            f"num_free_blocks ({self.num_free_blocks}) is out of sync with the free list."
+        )
+        raise ValueError("No free blocks available")
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         """Pop the first ``n`` free blocks and reduce ``num_free_blocks`` by ``n``."""
@@ -152,9 +166,15 @@ class FreeKVCacheBlockQueue:
         """Put ``block`` at the end of the queue and increase ``num_free_blocks`` by 1."""
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
-        if last is None:
-            raise RuntimeError("prev_free_block of fake_free_list_tail should always exist")
-        last.next_free_block = block
+        try:
+            # First store into `last`: a corrupted tail (None) fails before any change.
+            last.next_free_block = block
+        except AttributeError:
+            if last is None:
+                raise RuntimeError(
+                    "prev_free_block of fake_free_list_tail should always exist"
+                ) from None
+            raise
         block.prev_free_block = last
         block.next_free_block = tail
         tail.prev_free_block = block
