@@ -117,6 +117,28 @@ class FreeKVCacheBlockQueue:
                 if nxt is not None:
                     raise
             return [block]
+        if n > 2:
+            assert self.num_free_blocks >= n
+            self.num_free_blocks -= n
+            head = self.fake_free_list_head
+            curr = head.next_free_block
+            ret = []
+            try:
+                # No per-block `assert curr is not None`: reading None's link raises
+                # AttributeError before this block is touched, and upstream's assert is
+                # raised from there, with the same blocks already unlinked.
+                for _ in range(n):
+                    ret.append(curr)
+                    nxt = curr.next_free_block
+                    curr.prev_free_block = curr.next_free_block = None
+                    curr = nxt
+            except AttributeError:
+                assert curr is not None
+                raise
+            if curr is not None:
+                head.next_free_block = curr
+                curr.prev_free_block = head
+            return ret
         if n == 2:
             num = self.num_free_blocks
             assert num >= 2
@@ -135,21 +157,18 @@ class FreeKVCacheBlockQueue:
             return [first, second]
         if n == 0:
             return []
+        # n < 0 (or a non-integer): upstream's general path pops nothing but still
+        # asserts, adds -n to the count and relinks the current first block.
         assert self.num_free_blocks >= n
         self.num_free_blocks -= n
         head = self.fake_free_list_head
-        curr = head.next_free_block
-        ret = []
-        for _ in range(n):
-            assert curr is not None
-            ret.append(curr)
-            nxt = curr.next_free_block
-            curr.prev_free_block = curr.next_free_block = None
-            curr = nxt
-        if curr is not None:
-            head.next_free_block = curr
-            curr.prev_free_block = head
-        return ret
+        first = head.next_free_block
+        for _ in range(n):  # raises TypeError for a non-integer n, like upstream
+            break
+        if first is not None:
+            head.next_free_block = first
+            first.prev_free_block = head
+        return []
 
     def remove(self, block: KVCacheBlock) -> None:
         """Remove ``block`` from the middle of the queue and reduce ``num_free_blocks``."""
@@ -198,7 +217,8 @@ class FreeKVCacheBlockQueue:
 
     def append_n(self, blocks: list[KVCacheBlock]) -> None:
         """Put ``blocks`` at the end of the queue, in their order."""
-        if len(blocks) == 1:
+        n = len(blocks)
+        if n == 1:
             tail = self.fake_free_list_tail
             last = tail.prev_free_block
             block = blocks[0]
@@ -215,8 +235,7 @@ class FreeKVCacheBlockQueue:
             tail.prev_free_block = block
             self.num_free_blocks += 1
             return
-        n = len(blocks)
-        if n == 0:
+        if not n:
             return
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
