@@ -29,6 +29,39 @@ from typing import Any
 from kvqueue import cases as case_mod
 from kvqueue import loader
 
+# Objects allocated only to shift where the next hot objects land; kept alive on purpose.
+_LAYOUT_PADDING: list[list[bytes]] = []
+
+
+def heap_padding(rng: random.Random) -> list[bytes]:
+    """Allocate a random number of small objects of random sizes (to be kept alive).
+
+    Where a variant's hot objects (class, functions, code, queue, closures) land in
+    memory changes its speed: an A/A pair, two copies of the same class, differed by
+    up to 15% on CPython 3.10 in every process of a run, because every process loads
+    and builds everything in the same order and so gets the same relative layout. A
+    seeded random amount of padding between allocations, together with a shuffled
+    load and build order, gives every process a different layout, turning that bias
+    into process-to-process noise which the paired statistics and the CI then carry.
+    """
+    return [bytes(rng.randrange(1, 600)) for _ in range(rng.randrange(0, 400))]
+
+
+def load_shuffled(
+    sources: list[str], labels: list[str], block_source: str | None, rng: random.Random
+) -> list[loader.Variant]:
+    """Load the variants in a random order with heap padding between them.
+
+    Returns them in the given (label) order; the block class comes from
+    ``block_source`` or, by default, the first (baseline) source.
+    """
+    block = loader.load_block_class(block_source or sources[0])
+    loaded: dict[int, loader.Variant] = {}
+    for index in rng.sample(range(len(sources)), len(sources)):
+        _LAYOUT_PADDING.append(heap_padding(rng))
+        loaded[index] = loader.load_variant(sources[index], block, labels[index])
+    return [loaded[i] for i in range(len(sources))]
+
 
 def pin_cpu(request: str | int) -> dict[str, Any]:
     """Pin this process to one CPU.
@@ -132,8 +165,9 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     """
     start = time.perf_counter()
     pin = pin_cpu(spec["cpu"])
-    variants = loader.load_variants(spec["sources"], block_source=spec.get("block_source"))
+    rng = random.Random(spec["seed"])
     labels = spec["labels"]
+    variants = load_shuffled(spec["sources"], labels, spec.get("block_source"), rng)
     for variant, label in zip(variants, labels, strict=True):
         want = spec["expected_sha256"].get(label)
         if want is not None and variant.queue_src.sha256 != want:
@@ -141,16 +175,15 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
                 f"kvqueue worker: {label} changed since the validation gate "
                 f"(sha256 {variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
             )
-    rng = random.Random(spec["seed"])
     sample_ns = int(spec["sample_ms"] * 1_000_000)
     block_cls = variants[0].block_cls
 
     # Build every pool before any timing; queues are constructed in a shuffled order.
     order = rng.sample(range(len(labels)), len(labels))
-    pools = {
-        size: SharedPool(size, block_cls, {labels[i]: variants[i].queue_cls for i in order})
-        for size in spec["pools"]
-    }
+    pools = {}
+    for size in spec["pools"]:
+        pools[size] = SharedPool(size, block_cls, {labels[i]: variants[i].queue_cls for i in order})
+        _LAYOUT_PADDING.append(heap_padding(rng))
 
     rows: list[list[Any]] = []
     loops_used: dict[str, int] = {}
@@ -159,12 +192,12 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         for case in spec["cases"]:
             for pool in spec["pools"]:
                 shared = pools[pool]
-                runners = {
-                    label: case_mod.make_runner(
+                runners = {}
+                for label in rng.sample(labels, len(labels)):
+                    runners[label] = case_mod.make_runner(
                         case, shared.queues[label], shared.blocks, spec["case_seed"]
                     )
-                    for label in labels
-                }
+                    _LAYOUT_PADDING.append(heap_padding(rng))
 
                 per_loop = case_mod.ops_per_loop(case, pool)
                 gc.collect()
