@@ -1,0 +1,382 @@
+"""Charts of the report (seaborn on matplotlib), drawn from the processed tables.
+
+Figures are built as :class:`matplotlib.figure.Figure` objects (no pyplot state, so
+nothing is shown twice in a notebook) and saved as PNG under ``reports/figures/``,
+where both the HTML report (embedded) and the Markdown writeup (linked) use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from kvqueue import processed, schema, stats, tables
+
+DPI = 100
+WIDTH_IN = 13.0
+_STYLE = "whitegrid"
+_CONTEXT = "notebook"
+
+
+def _series_label(host: str, interpreter: str) -> str:
+    return f"{host} · {interpreter}"
+
+
+def _case_pool_label(case: str, pool: int) -> str:
+    return f"{case} · {tables.fmt_pool(pool)}"
+
+
+def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
+    rank = {c: i for i, c in enumerate(schema.CASES)}
+    cells = {(c, int(p)) for c, p in zip(df["case"], df["pool"], strict=True)}
+    return sorted(cells, key=lambda cp: (rank.get(cp[0], 99), cp[1]))
+
+
+def _no_data(message: str) -> Figure:
+    fig = Figure(figsize=(WIDTH_IN, 1.2), dpi=DPI)
+    fig.text(0.5, 0.5, message, ha="center", va="center", fontsize=12)
+    return fig
+
+
+def _headline(df: pd.DataFrame, phase: str = "main") -> pd.DataFrame:
+    return df[(df["phase"] == phase) & df["headline"].fillna(False)]
+
+
+def _comparisons(data: processed.Processed, df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """Comparisons present in ``df``, configured pairs first, A/A pairs last."""
+    present = {
+        (c, b, k) for c, b, k in zip(df["candidate"], df["baseline"], df["kind"], strict=True)
+    }
+    order = {p: i for i, p in enumerate(data.settings.pairs)}
+    return sorted(
+        present, key=lambda t: (t[2] == processed.AA, order.get((t[0], t[1]), 99), t[0], t[1])
+    )
+
+
+def _panel_title(cand: str, base: str, kind: str) -> str:
+    prefix = "A/A noise floor: " if kind == processed.AA else ""
+    return f"{prefix}{cand}\nvs {base}"
+
+
+# ---------------------------------------------------------------------------------------
+# forest plot
+
+
+def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
+    """Forest plot: reduction with its CI per case x pool, one panel per comparison.
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs are plotted).
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Points are reductions in %, bars the bootstrap CIs; the grey band is the
+        ``±delta`` no-change band of the verdict.
+    """
+    df = _headline(data.summary, phase)
+    if df.empty:
+        return _no_data("No comparison in the headline runs.")
+    comps = _comparisons(data, df)
+    cells = _ordered_cells(df)
+    series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
+    colors = dict(zip(series, sns.color_palette("colorblind", len(series)), strict=True))
+    n_rows = len(cells) * max(1, len(series))
+    height = 1.6 + 0.26 * n_rows + 0.5
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
+        axes = np.atleast_1d(fig.subplots(1, len(comps), sharey=True, squeeze=False)[0])
+        delta = data.settings.delta * 100
+        step = 0.8 / max(1, len(series))
+        missing_ci = False
+        for ax, (cand, base, kind) in zip(axes, comps, strict=True):
+            sub = df[(df["candidate"] == cand) & (df["baseline"] == base) & (df["kind"] == kind)]
+            ax.axvspan(-delta, delta, color="0.85", zorder=0, lw=0)
+            ax.axvline(0, color="0.3", lw=1, zorder=1)
+            for j, ser in enumerate(series):
+                s = sub[(sub["host"] == ser[0]) & (sub["interpreter"] == ser[1])]
+                y = [
+                    cells.index((c, int(p))) - 0.4 + step * (j + 0.5)
+                    for c, p in zip(s["case"], s["pool"], strict=True)
+                ]
+                s = s.assign(_y=y)
+                has_ci = s["ci_low"].notna() & s["ci_high"].notna()
+                ok = s[has_ci]
+                if len(ok):
+                    ax.errorbar(
+                        ok["reduction"] * 100,
+                        ok["_y"],
+                        xerr=[
+                            (ok["reduction"] - ok["ci_low"]) * 100,
+                            (ok["ci_high"] - ok["reduction"]) * 100,
+                        ],
+                        fmt="o",
+                        ms=5,
+                        capsize=3,
+                        color=colors[ser],
+                        label=_series_label(*ser),
+                        zorder=3,
+                    )
+                no_ci = s[~has_ci]
+                if len(no_ci):
+                    # Hollow: a point estimate without a CI (too few processes).
+                    ax.plot(
+                        no_ci["reduction"] * 100,
+                        no_ci["_y"],
+                        "o",
+                        ms=6,
+                        mfc="white",
+                        color=colors[ser],
+                        label=None if len(ok) else _series_label(*ser),
+                        zorder=3,
+                    )
+                    missing_ci = True
+            ax.set_title(_panel_title(cand, base, kind), fontsize=11)
+            ax.set_xlabel("time reduction, % (> 0: candidate faster)")
+        axes[0].set_yticks(range(len(cells)), [_case_pool_label(c, p) for c, p in cells])
+        axes[0].set_ylim(len(cells) - 0.5, -0.5)  # first case on top
+        axes[0].set_ylabel("case · pool (blocks)")
+        for k in range(len(cells) - 1):
+            for ax in axes:
+                ax.axhline(k + 0.5, color="0.9", lw=0.8, zorder=0)
+        ci = tables.ci_header(data.settings.confidence)
+        handles, labels = axes[0].get_legend_handles_labels()
+        for ax in axes[1:]:
+            h, lab = ax.get_legend_handles_labels()
+            for hh, ll in zip(h, lab, strict=True):
+                if ll not in labels:
+                    handles.append(hh)
+                    labels.append(ll)
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, max(1, len(labels))))
+        hollow = (
+            f"; hollow: no CI (fewer than {stats.MIN_PROCESSES} processes)" if missing_ci else ""
+        )
+        fig.suptitle(
+            f"Time reduction with {ci} ({phase} phase); grey band: no-change band "
+            f"±{data.settings.delta * 100:g}%{hollow}",
+            fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# per-process ratios
+
+
+def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
+    """Per-process reductions ``1 - r(p)`` with the median, one panel row per comparison.
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs).
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Each dot is one worker process; the black bar is the median (the headline
+        estimate).
+    """
+    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
+    df = data.ratios[data.ratios["phase"] == phase].merge(heads, on=["host", "run_id"])
+    if df.empty:
+        return _no_data("No per-process ratios in the headline runs.")
+    df = df.assign(
+        reduction_pct=(1.0 - df["ratio"]) * 100,
+        cell=[_case_pool_label(c, p) for c, p in zip(df["case"], df["pool"], strict=True)],
+        series=[_series_label(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)],
+    )
+    comps = _comparisons(data, df)
+    order = [_case_pool_label(c, p) for c, p in _ordered_cells(df)]
+    series = sorted(df["series"].unique())
+    palette = dict(zip(series, sns.color_palette("colorblind", len(series)), strict=True))
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, 3.6 * len(comps) + 1.0), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(comps), 1, squeeze=False)[:, 0]
+        for ax, (cand, base, kind) in zip(axes, comps, strict=True):
+            sub = df[(df["candidate"] == cand) & (df["baseline"] == base) & (df["kind"] == kind)]
+            ax.axhline(0, color="0.3", lw=1)
+            sns.stripplot(
+                data=sub,
+                x="cell",
+                y="reduction_pct",
+                hue="series",
+                order=order,
+                hue_order=series,
+                palette=palette,
+                dodge=len(series) > 1,
+                jitter=0.15,
+                size=4,
+                alpha=0.75,
+                ax=ax,
+                legend=ax is axes[0],
+            )
+            med = sub.groupby(["cell", "series"])["reduction_pct"].median()
+            width = 0.8 / len(series) if len(series) > 1 else 0.8
+            for (cell, ser), value in med.items():
+                x = order.index(cell)
+                if len(series) > 1:
+                    x += -0.4 + width * (series.index(ser) + 0.5)
+                ax.hlines(value, x - width * 0.4, x + width * 0.4, color="black", lw=2, zorder=4)
+            # Zoom on the processes (the spread is the point); 0 shows when it is near.
+            lo, hi = sub["reduction_pct"].min(), sub["reduction_pct"].max()
+            pad = max(0.5, 0.12 * (hi - lo))
+            ax.set_ylim(lo - pad, hi + pad)
+            ax.set_title(_panel_title(cand, base, kind).replace("\n", " "), fontsize=11)
+            ax.set_xlabel("")
+            ax.set_ylabel("per-process reduction, %")
+            ax.tick_params(axis="x", labelrotation=30)
+            for lab in ax.get_xticklabels():
+                lab.set_horizontalalignment("right")
+        if axes[0].get_legend() is not None:
+            sns.move_legend(axes[0], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
+        fig.suptitle(
+            f"Per-process reduction 1 − candidate/baseline ({phase} phase); "
+            "dots: processes, black bars: median",
+            fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# ns per cycle per variant
+
+
+def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
+    """Median ns/cycle per variant and case; dots are per-process medians (log scale).
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs).
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per host x interpreter (rows) and pool (columns).
+    """
+    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
+    df = data.process_medians[data.process_medians["phase"] == phase].merge(
+        heads, on=["host", "run_id"]
+    )
+    if df.empty:
+        return _no_data("No samples in the headline runs.")
+    var_rank: dict[str, int] = {}
+    for lab in data.variants.sort_values("position", kind="stable")["label"]:
+        var_rank.setdefault(lab, len(var_rank))
+    variants = sorted(df["variant"].unique(), key=lambda v: (var_rank.get(v, 99), v))
+    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
+    pools = sorted(df["pool"].unique())
+    rank = {c: i for i, c in enumerate(schema.CASES)}
+    cases = sorted(df["case"].unique(), key=lambda c: rank.get(c, 99))
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, 3.4 * len(series) + 1.2), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(series), len(pools), squeeze=False, sharey=True)
+        for i, ser in enumerate(series):
+            for j, pool in enumerate(pools):
+                ax = axes[i, j]
+                sub = df[(df["host"] == ser[0]) & (df["interpreter"] == ser[1])]
+                sub = sub[sub["pool"] == pool]
+                common = {
+                    "data": sub,
+                    "x": "case",
+                    "y": "median_ns",
+                    "hue": "variant",
+                    "order": cases,
+                    "hue_order": variants,
+                    "palette": palette,
+                    "ax": ax,
+                }
+                sns.barplot(**common, estimator="median", errorbar=None, alpha=0.85, legend=False)
+                sns.stripplot(
+                    **common, dodge=True, jitter=0.1, size=2.5, color="black", legend=False
+                )
+                ax.set_yscale("log")
+                # Label 1-2-5 steps: decades alone are too coarse to read values off.
+                ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+                ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+                ax.set_title(f"{_series_label(*ser)} · pool {tables.fmt_pool(pool)}", fontsize=11)
+                ax.set_xlabel("")
+                ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
+        bounds = set(data.variants.loc[data.variants["is_bound"].fillna(False), "label"])
+        handles = [
+            Patch(color=palette[v], label=f"{v} (bound)" if v in bounds else v) for v in variants
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(6, len(variants)))
+        fig.suptitle(
+            f"ns per cycle by variant ({phase} phase); bars: median over processes, "
+            "dots: per-process medians; mix is per allocation/free",
+            fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# files
+
+#: name -> (title, figure function) of every figure in the report.
+FIGURES: dict[str, tuple[str, Callable[[processed.Processed], Figure]]] = {
+    "forest": ("Forest plot of reductions", forest),
+    "process_ratios": ("Per-process ratios", process_ratios),
+    "ns_per_variant": ("ns per cycle per variant", ns_per_variant),
+}
+
+
+def save(fig: Figure, folder: Path | str, name: str) -> Path:
+    """Save a figure as ``<folder>/<name>.png`` and return the path."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
+    """Draw figure ``name`` (a key of :data:`FIGURES`), save it as PNG, return the path.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    name
+        ``"forest"``, ``"process_ratios"`` or ``"ns_per_variant"``.
+    folder
+        Output folder (``reports/figures``).
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    return save(FIGURES[name][1](data), folder, name)
+
+
+def draw_all(data: processed.Processed, folder: Path | str) -> dict[str, Path]:
+    """Draw every figure of :data:`FIGURES`; return name -> PNG path."""
+    return {name: draw(data, name, folder) for name in FIGURES}
+
+
+def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:
+    """Return the figures of ``names`` that exist as PNG in ``folder``."""
+    out = {}
+    for name in names:
+        path = Path(folder) / f"{name}.png"
+        if path.is_file():
+            out[name] = path
+    return out

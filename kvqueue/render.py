@@ -1,0 +1,206 @@
+"""``python -m kvqueue report``: processed data, executed notebook, HTML report, writeup.
+
+Steps (DESIGN §6–§7):
+
+1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.processed`);
+2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it
+   draws the figures into ``reports/figures/``);
+3. render ``reports/report.html`` with nbconvert, code cells hidden;
+4. write ``reports/pr-writeup.md``.
+
+A malformed raw file stops everything with one line naming the file (exit status 2); a
+failing notebook names the executed notebook to look at (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from kvqueue import figures, processed, rawdata, stats, writeup
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
+HTML_TITLE = "kvqueue-bench report"
+# The lab template loads require.js, MathJax and mermaid from a CDN; the report has no
+# widgets, math or diagrams, so dropping them keeps the HTML self-contained and offline.
+_TEMPLATE_NAME = "kvqueue_report.html.j2"
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kvqueue report",
+        description="Build data/processed and render the HTML report and the PR writeup.",
+    )
+    p.add_argument("--raw-dir", type=Path, default=Path("data/raw"))
+    p.add_argument("--processed-dir", type=Path, default=Path("data/processed"))
+    p.add_argument("--out", type=Path, default=Path("reports"), help="report folder")
+    p.add_argument("--notebook", type=Path, default=NOTEBOOK, help="report notebook to run")
+    p.add_argument(
+        "--pair",
+        nargs=2,
+        action="append",
+        metavar=("CANDIDATE", "BASELINE"),
+        help="variant labels to compare (repeatable; default: "
+        + "; ".join(f"{c} vs {b}" for c, b in processed.DEFAULT_PAIRS)
+        + ")",
+    )
+    p.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE)
+    p.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES)
+    p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap seed")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=stats.DEFAULT_DELTA,
+        help="no-change band of the verdict, as a fraction (default %(default)s = ±1%%)",
+    )
+    return p
+
+
+def execute_notebook(
+    notebook: Path, executed: Path, parameters: dict[str, object], *, cwd: Path | None = None
+) -> None:
+    """Run the report notebook with papermill (outputs saved in ``executed``).
+
+    Parameters
+    ----------
+    notebook
+        The committed, output-free notebook.
+    executed
+        Where the executed copy is written.
+    parameters
+        Values for the ``parameters`` cell.
+    cwd
+        Working directory of the kernel (default: the notebook's folder).
+    """
+    import papermill
+
+    # papermill's parameter-cell parser warns about every "==" in a value (the version
+    # pins in `pairs`) although the parameters are injected correctly.
+    logging.getLogger("papermill").setLevel(logging.ERROR)
+    papermill.execute_notebook(
+        str(notebook),
+        str(executed),
+        parameters=parameters,
+        kernel_name="python3",
+        progress_bar=False,
+        log_output=False,
+        cwd=str(cwd or notebook.parent),
+    )
+
+
+def render_html(executed: Path, html_path: Path) -> Path:
+    """Convert an executed notebook to standalone HTML without code cells.
+
+    Parameters
+    ----------
+    executed
+        The executed notebook.
+    html_path
+        Output file.
+
+    Returns
+    -------
+    pathlib.Path
+        ``html_path``.
+    """
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        template_file=_TEMPLATE_NAME,
+        extra_loaders=[jinja2.DictLoader({_TEMPLATE_NAME: _TEMPLATE})],
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+    nb = nbformat.read(str(executed), as_version=4)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": HTML_TITLE}})
+    html_path.write_text(body, encoding="utf-8")
+    return html_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m kvqueue report``.
+
+    Parameters
+    ----------
+    argv
+        Arguments after ``report``.
+
+    Returns
+    -------
+    int
+        0 on success, 1 if the notebook failed, 2 on malformed or missing raw data.
+    """
+    args = _parser().parse_args(argv)
+    settings = processed.Settings(
+        pairs=tuple(tuple(p) for p in args.pair) if args.pair else processed.DEFAULT_PAIRS,  # type: ignore[misc]
+        confidence=args.confidence,
+        resamples=args.resamples,
+        seed=args.seed,
+        delta=args.delta,
+    )
+    raw_dir, processed_dir, out = (
+        p.resolve() for p in (args.raw_dir, args.processed_dir, args.out)
+    )
+    try:
+        data = processed.build(raw_dir, processed_dir, settings)
+    except rawdata.RawDataError as exc:
+        print(f"kvqueue report: {exc}", file=sys.stderr)
+        return 2
+    if not data.runs["included"].fillna(False).any():
+        left = ", ".join(
+            f"{h}/{r}" for h, r in zip(data.runs["host"], data.runs["run_id"], strict=True)
+        )
+        print(
+            f"kvqueue report: {raw_dir}: no complete run"
+            + (f" (left out: {left})" if left else ""),
+            file=sys.stderr,
+        )
+        return 2
+
+    out.mkdir(parents=True, exist_ok=True)
+    figures_dir = out / "figures"
+    figures_dir.mkdir(exist_ok=True)
+    for stale in figures_dir.glob("*.png"):  # only figures of this build remain
+        stale.unlink()
+    executed = out / "report.ipynb"
+    parameters = {
+        "raw_dir": str(raw_dir),
+        "processed_dir": str(processed_dir),
+        "figures_dir": str(figures_dir),
+        "pairs": [list(p) for p in settings.pairs],
+        "confidence": settings.confidence,
+        "resamples": settings.resamples,
+        "seed": settings.seed,
+        "delta": settings.delta,
+    }
+    try:
+        execute_notebook(args.notebook.resolve(), executed, parameters)
+    except Exception as exc:  # papermill wraps kernel errors; show one line, keep the file
+        first = str(exc).strip().splitlines()
+        reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
+        print(
+            f"kvqueue report: {args.notebook} failed: {reason[:300]} (executed copy: {executed})",
+            file=sys.stderr,
+        )
+        return 1
+    html_path = render_html(executed, out / "report.html")
+    md_path = writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))
+    print(f"report: {html_path}")
+    print(f"writeup: {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,729 @@
+"""Summary tables for the report: display-ready DataFrames, rendered as HTML or Markdown.
+
+Every function takes processed tables (:mod:`kvqueue.processed`) and returns a
+DataFrame of formatted strings (one column per displayed column), so the HTML report
+and the Markdown writeup show exactly the same cells. ``to_html``/``to_markdown``
+render them; numeric columns are right-aligned in both.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from kvqueue import processed, schema, stats
+
+#: The cases of the three headline tables.
+HEADLINE_CASES = ("alloc1", "alloc2", "mix")
+CASE_TITLES = {
+    "alloc1": "Singleton allocation/free (alloc1)",
+    "alloc2": "Two-block allocation/free (alloc2)",
+    "mix": "Mixed workload (mix)",
+    "alloc8": "8-block allocation/free (alloc8)",
+    "alloc32": "32-block allocation/free (alloc32)",
+    "popappend": "popleft/append (popappend)",
+    "remove": "Remove/append of cached blocks (remove)",
+}
+CASE_CYCLES = {
+    "alloc1": "one cycle = `blocks = q.popleft_n(1); q.append_n(blocks)`",
+    "alloc2": "one cycle = `blocks = q.popleft_n(2); q.append_n(blocks)`",
+    "alloc8": "one cycle = `blocks = q.popleft_n(8); q.append_n(blocks)`",
+    "alloc32": "one cycle = `blocks = q.popleft_n(32); q.append_n(blocks)`",
+    "mix": (
+        "a fixed shuffled sequence of 100 allocations (90×1, 5×2, 4×8, 1×32), each freed "
+        "again; times are ns per allocation/free"
+    ),
+    "popappend": "one cycle = `q.append(q.popleft())`",
+    "remove": "one cycle = `q.remove(b); q.append(b)` for a cached block from the interior",
+}
+# Columns whose cells are numbers (right-aligned).
+_NUMERIC = {
+    "Pool",
+    "Baseline ns",
+    "Candidate ns",
+    "Reduction",
+    "CI",
+    "Faster in",
+    "CV % (b/c)",
+    "A/A ±",
+    "Difference",
+    "Half-width",
+    "Last vs first",
+    "Headline CI ±",
+    "Candidate reduction",
+    "Bound reduction",
+    "Gap closed",
+    "Processes",
+    "Samples",
+    "Median ns",
+    "Process range ns",
+    "Positions",
+    "Gates passed",
+}
+
+
+#: Columns that may wrap (long free text); every other cell stays on one line.
+_WRAP = {"Use", "CPU", "Build", "Load avg (start → end)"}
+
+
+# ---------------------------------------------------------------------------------------
+# formatting
+
+
+def _num(x: float, digits: int) -> str:
+    # round first so that -0.04 shows as "0.0", not "-0.0"
+    value = round(x, digits) + 0.0
+    return f"{value:.{digits}f}"
+
+
+def fmt_pct(x: float, digits: int = 1) -> str:
+    """Format a fraction as a percentage (``0.201`` -> ``20.1%``); NaN -> ``n/a``."""
+    return "n/a" if not np.isfinite(x) else f"{_num(x * 100, digits)}%"
+
+
+def fmt_ci(low: float, high: float, digits: int = 1) -> str:
+    """Format a CI of fractions as percentages: ``[18.9, 21.0]``; NaN -> ``n/a``."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "n/a"
+    return f"[{_num(low * 100, digits)}, {_num(high * 100, digits)}]"
+
+
+def fmt_ns(x: float) -> str:
+    """Format nanoseconds with one decimal and thousands separators."""
+    return "n/a" if not np.isfinite(x) else f"{x:,.1f}"
+
+
+def fmt_pool(pool: int) -> str:
+    """Format a pool size (``100000`` -> ``100,000``)."""
+    return f"{int(pool):,}"
+
+
+def comparison(candidate: str, baseline: str) -> str:
+    """Label of a comparison: ``candidate vs baseline``."""
+    return f"{candidate} vs {baseline}"
+
+
+def ci_header(confidence: float) -> str:
+    """Header of a CI column, e.g. ``95% CI``."""
+    return f"{confidence * 100:g}% CI"
+
+
+def _pair_rank(df: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd.Series:
+    order = {p: i for i, p in enumerate(pairs)}
+    keys = zip(df["candidate"], df["baseline"], strict=True)
+    return pd.Series([order.get(k, len(order)) for k in keys], index=df.index)
+
+
+def _case_rank(cases: pd.Series) -> pd.Series:
+    order = {c: i for i, c in enumerate(schema.CASES)}
+    return cases.map(lambda c: order.get(c, len(order)))
+
+
+def _na(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+
+
+# ---------------------------------------------------------------------------------------
+# result tables
+
+
+def results_table(
+    data: processed.Processed,
+    cases: Sequence[str],
+    *,
+    phase: str = "main",
+    headline_only: bool = True,
+    kind: str = processed.PAIR,
+) -> pd.DataFrame:
+    """Comparison results, one row per host x interpreter x pool x comparison (x case).
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    cases
+        Cases to include; a ``Case`` column is added when there are several.
+    phase
+        ``"main"`` or ``"confirm"``.
+    headline_only
+        Only the newest complete run per host x interpreter.
+    kind
+        ``"pair"`` (real comparisons) or ``"aa"`` (A/A noise floor).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Formatted columns: Host, Python, Pool, Comparison, Baseline ns, Candidate ns,
+        Reduction, 95% CI, Verdict, Faster in, sample CV, and ``A/A ±`` when an A/A pair
+        was measured in any shown run.
+    """
+    s = data.summary
+    sel = s[(s["phase"] == phase) & (s["kind"] == kind) & s["case"].isin(list(cases))]
+    if headline_only:
+        sel = sel[sel["headline"].fillna(False)]
+    sel = sel.assign(
+        _pair=_pair_rank(sel, data.settings.pairs), _case=_case_rank(sel["case"])
+    ).sort_values(["_pair", "candidate", "baseline", "_case", "host", "interpreter", "pool"])
+    ci = ci_header(data.settings.confidence)
+    show_aa = kind == processed.PAIR and sel["aa_half_width"].notna().any()
+    rows = []
+    for r in sel.itertuples(index=False):
+        row = {}
+        if len(cases) > 1:
+            row["Case"] = r.case
+        row.update(
+            {
+                "Host": r.host,
+                "Python": r.interpreter,
+                "Pool": fmt_pool(r.pool),
+                "Comparison": comparison(r.candidate, r.baseline),
+                "Baseline ns": fmt_ns(r.baseline_ns),
+                "Candidate ns": fmt_ns(r.candidate_ns),
+                "Reduction": fmt_pct(r.reduction),
+                ci: fmt_ci(r.ci_low, r.ci_high),
+                "Verdict": r.verdict,
+                "Faster in": f"{round(r.share_faster * r.n_processes)}/{r.n_processes}",
+                "CV % (b/c)": (f"{r.cv_baseline * 100:.1f} / {r.cv_candidate * 100:.1f}"),
+            }
+        )
+        if show_aa:
+            row["A/A ±"] = "–" if _na(r.aa_half_width) else fmt_pct(r.aa_half_width, 2)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def aa_table(data: processed.Processed, *, headline_only: bool = True) -> pd.DataFrame:
+    """A/A comparisons (the noise floor): their CI must contain 0.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    headline_only
+        Only headline runs.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Phase, Case, Pool, A/A pair, Difference, CI, Half-width,
+        CI contains 0.
+    """
+    s = data.summary[data.summary["kind"] == processed.AA]
+    if headline_only:
+        s = s[s["headline"].fillna(False)]
+    s = s.assign(_case=_case_rank(s["case"])).sort_values(
+        ["host", "interpreter", "phase", "_case", "pool", "candidate"], ascending=[1, 1, 0, 1, 1, 1]
+    )
+    ci = ci_header(data.settings.confidence)
+    rows = [
+        {
+            "Host": r.host,
+            "Python": r.interpreter,
+            "Phase": r.phase,
+            "Case": r.case,
+            "Pool": fmt_pool(r.pool),
+            "A/A pair": comparison(r.candidate, r.baseline),
+            "Difference": fmt_pct(r.reduction, 2),
+            ci: fmt_ci(r.ci_low, r.ci_high, 2),
+            "Half-width": fmt_pct((r.ci_high - r.ci_low) / 2, 2),
+            "CI contains 0": (
+                "n/a"
+                if _na(r.ci_low) or _na(r.ci_high)
+                else ("yes" if r.ci_low <= 0 <= r.ci_high else "NO")
+            ),
+        }
+        for r in s.itertuples(index=False)
+    ]
+    return pd.DataFrame(rows)
+
+
+def aa_summary(data: processed.Processed) -> str:
+    """One sentence: how many A/A CIs exclude 0, against the number expected by chance."""
+    s = data.summary
+    s = s[(s["kind"] == processed.AA) & s["headline"].fillna(False)]
+    s = s[s["ci_low"].notna() & s["ci_high"].notna()]
+    if s.empty:
+        return ""
+    out = int(((s["ci_low"] > 0) | (s["ci_high"] < 0)).sum())
+    conf = data.settings.confidence
+    return (
+        f"{out} of {len(s)} A/A intervals exclude 0; at {conf * 100:g}% confidence about "
+        f"{len(s) * (1 - conf):.1f} would by chance alone. A real difference between two "
+        "copies of the same code would show up as many more, or as a consistent sign."
+    )
+
+
+def order_table(data: processed.Processed, *, headline_only: bool = True) -> pd.DataFrame:
+    """Order-effect check per cell.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    headline_only
+        Only headline runs.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Phase, Case, Pool, Positions, Last vs first (time change of the
+        last position in a round relative to the first), CI, Headline CI ± (the
+        tightest comparison CI half-width of the cell) and a warning flag.
+    """
+    o = data.order_effects
+    if headline_only:
+        o = o[o["headline"].fillna(False)]
+    o = o.assign(_case=_case_rank(o["case"])).sort_values(
+        ["host", "interpreter", "phase", "_case", "pool"], ascending=[1, 1, 0, 1, 1]
+    )
+    ci = ci_header(data.settings.confidence)
+    rows = [
+        {
+            "Host": r.host,
+            "Python": r.interpreter,
+            "Phase": r.phase,
+            "Case": r.case,
+            "Pool": fmt_pool(r.pool),
+            "Positions": str(r.positions),
+            "Last vs first": fmt_pct(r.effect, 2),
+            ci: fmt_ci(r.ci_low, r.ci_high, 2),
+            "Headline CI ±": fmt_pct(r.headline_half_width, 2),
+            "Order effect > CI ±": "WARNING" if r.warn else "no",
+        }
+        for r in o.itertuples(index=False)
+    ]
+    return pd.DataFrame(rows)
+
+
+def order_summary(data: processed.Processed) -> str:
+    """One or two sentences (plain text) on the order-effect check of the headline runs."""
+    o = data.order_effects[data.order_effects["headline"].fillna(False)]
+    if o.empty:
+        return "No order-effect check: no headline run."
+    warn = o[o["warn"].fillna(False)]
+    worst = o.loc[o["effect"].abs().idxmax()]
+    text = (
+        f"Across {len(o)} host × phase × case × pool cells of the headline runs, the median "
+        f"per-process change in time from the first to the last position of a round is "
+        f"at most {fmt_pct(abs(worst['effect']), 2)} in magnitude "
+        f"({worst['host']}, {worst['phase']}, {worst['case']}, pool {fmt_pool(worst['pool'])}). "
+    )
+    if warn.empty:
+        return text + (
+            "No cell shows an order effect that is both distinguishable from 0 and larger "
+            "than the half-width of its comparison CIs."
+        )
+    cells = ", ".join(
+        f"{r.host} {r.phase} {r.case}/{fmt_pool(r.pool)}" for r in warn.itertuples(index=False)
+    )
+    return (
+        text + f"WARNING: in {len(warn)} cell(s) the order effect is distinguishable from 0 "
+        f"and exceeds the tightest comparison CI half-width ({cells}). The shuffled order "
+        "keeps the ratios unbiased, but the position adds noise of that size."
+    )
+
+
+def floor_gap_table(data: processed.Processed, *, phase: str = "main") -> pd.DataFrame:
+    """Share of the gap between a baseline and the lower bound that a candidate closes.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Case, Host, Python, Pool, then one ``Gap closed: <candidate> vs <baseline>``
+        column per comparison (configured order) holding ``"50% [49, 51]"``, or ``n/a``
+        when the bound is not clearly faster than that baseline, each followed (once per
+        baseline) by ``Bound saves vs <baseline>``: the bound's own reduction, i.e. the
+        size of the gap. The bound is named in the columns when a run has several.
+    """
+    g = data.floor_gap
+    g = g[(g["phase"] == phase) & g["headline"].fillna(False)]
+    if g.empty:
+        return pd.DataFrame()
+    g = g.assign(_pair=_pair_rank(g, data.settings.pairs), _case=_case_rank(g["case"]))
+    comps = (
+        g[["_pair", "candidate", "baseline", "bound"]]
+        .drop_duplicates()
+        .sort_values(["_pair", "candidate", "baseline", "bound"])
+    )
+    several_bounds = comps["bound"].nunique() > 1
+
+    def label(c: str, b: str, f: str) -> str:
+        return f"Gap closed: {comparison(c, b)}" + (f" → {f}" if several_bounds else "")
+
+    def bound_label(b: str, f: str) -> str:
+        return f"Bound saves vs {b}" + (f" ({f})" if several_bounds else "")
+
+    rows = []
+    for key, grp in g.sort_values(["_case", "host", "interpreter", "pool"]).groupby(
+        ["_case", "case", "host", "interpreter", "pool"], sort=False
+    ):
+        row = {"Case": key[1], "Host": key[2], "Python": key[3], "Pool": fmt_pool(key[4])}
+        for c in comps.itertuples(index=False):
+            hit = grp[
+                (grp["candidate"] == c.candidate)
+                & (grp["baseline"] == c.baseline)
+                & (grp["bound"] == c.bound)
+            ]
+            if hit.empty:
+                text = "–"
+            else:
+                r = hit.iloc[0]
+                if np.isfinite(r["gap_closed"]):
+                    text = f"{fmt_pct(r['gap_closed'], 0)} {fmt_ci(r['ci_low'], r['ci_high'], 0)}"
+                elif not np.isfinite(r["bound_ci_low"]):
+                    text = "n/a (too few processes)"
+                else:
+                    text = "n/a (bound not clearly faster)"
+            row[label(c.candidate, c.baseline, c.bound)] = text
+            # The size of the gap itself: a share of a small gap is an imprecise number.
+            key = bound_label(c.baseline, c.bound)
+            if key not in row:
+                row[key] = "–" if hit.empty else fmt_pct(hit.iloc[0]["bound_reduction"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ns_table(data: processed.Processed, *, phase: str = "main") -> pd.DataFrame:
+    """Median ns/cycle per variant (median over processes of per-process medians).
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Case, Pool, Variant, Processes, Median ns and the range of the
+        per-process medians, headline runs only.
+    """
+    m = data.process_medians
+    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
+    m = m[m["phase"] == phase].merge(heads, on=["host", "run_id"])
+    order = _variant_order(data)
+    agg = (
+        m.groupby(["host", "interpreter", "case", "pool", "variant"], sort=True)["median_ns"]
+        .agg(["count", "median", "min", "max"])
+        .reset_index()
+    )
+    agg = agg.assign(
+        _case=_case_rank(agg["case"]), _var=agg["variant"].map(lambda v: order.get(v, 99))
+    ).sort_values(["host", "interpreter", "_case", "pool", "_var", "variant"])
+    return pd.DataFrame(
+        [
+            {
+                "Host": r.host,
+                "Python": r.interpreter,
+                "Case": r.case,
+                "Pool": fmt_pool(r.pool),
+                "Variant": r.variant,
+                "Processes": str(r.count),
+                "Median ns": fmt_ns(r.median),
+                "Process range ns": f"{fmt_ns(r.min)} – {fmt_ns(r.max)}",
+            }
+            for r in agg.itertuples(index=False)
+        ]
+    )
+
+
+def _variant_order(data: processed.Processed) -> dict[str, int]:
+    order: dict[str, int] = {}
+    for r in data.variants.sort_values(["position"], kind="stable").itertuples(index=False):
+        order.setdefault(r.label, len(order))
+    return order
+
+
+# ---------------------------------------------------------------------------------------
+# runs and provenance
+
+
+def runs_table(data: processed.Processed) -> pd.DataFrame:
+    """Every run found: which one each headline table uses, which were left out and why.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Run, Status, Started, Processes done (main/confirm), Samples, Use.
+    """
+    rows = []
+    for r in data.runs.itertuples(index=False):
+        done = (
+            f"{_int(r.processes_completed_main)}/{_int(r.processes_planned_main)} + "
+            f"{_int(r.processes_completed_confirm)}/{_int(r.processes_planned_confirm)}"
+        )
+        rows.append(
+            {
+                "Host": r.host,
+                "Python": r.interpreter,
+                "Run": r.run_id,
+                "Status": r.status,
+                "Started": _str(r.started_at),
+                "Processes (main + confirm)": done,
+                "Samples": _int(r.n_samples),
+                "Use": r.note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def environment_table(data: processed.Processed) -> pd.DataFrame:
+    """Machine and interpreter of each headline run, one column per run.
+
+    Transposed (fields as rows) so that several hosts with long CPU names still fit.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A ``Field`` column, then one column per headline run (``host · interpreter``).
+    """
+    runs = data.runs[data.runs["headline"].fillna(False)]
+    if runs.empty:
+        return pd.DataFrame()
+    columns: dict[str, list[str]] = {}
+    fields: list[str] = []
+    for r in runs.itertuples(index=False):
+        commit = _str(r.commit)
+        if not _na(r.dirty) and bool(r.dirty):
+            commit += " (dirty)"
+        planned = sum(
+            0 if _na(x) else int(x) for x in (r.processes_planned_main, r.processes_planned_confirm)
+        )
+        values = {
+            "Run": r.run_id,
+            "Started": _str(r.started_at),
+            "Ended": _str(r.ended_at),
+            "Hostname": _str(r.hostname),
+            "CPU": _str(r.cpu_model),
+            "CPUs": _int(r.cpu_count),
+            "Kernel": _str(r.kernel),
+            "Platform": _str(r.platform),
+            "Governor": _str(r.governor),
+            "Load avg (start → end)": f"{_str(r.load_avg_start)} → {_str(r.load_avg_end)}",
+            "Python": f"{r.interpreter} ({_str(r.python_tag)})",
+            "Build": _str(r.python_build),
+            "Compiler": _str(r.python_compiler),
+            "Executable": _str(r.python_executable),
+            "Pinned processes": f"{_int(r.pinned_processes)}/{planned}",
+            "CPU choice": _str(r.cpu),
+            "GC while timing": _str(r.gc),
+            "Project commit": commit,
+        }
+        fields = list(values)
+        columns[f"{r.host} · {r.interpreter}"] = list(values.values())
+    return pd.DataFrame({"Field": fields, **columns})
+
+
+def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.DataFrame:
+    """Provenance of every variant in the headline runs.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    sha_chars
+        Shown prefix of the sha256 digests (the full ones are in ``variants.csv``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Variant, Role (an A/A copy names its source), vLLM, Class sha256,
+        File sha256, Block class from, Gate (the run ids are in :func:`environment_table`).
+    """
+    heads = data.runs[data.runs["headline"].fillna(False)]
+    heads = heads[["host", "run_id", "interpreter", "baseline"]]
+    v = data.variants.merge(heads, on=["host", "run_id"]).sort_values(
+        ["host", "interpreter", "run_id", "position"]
+    )
+    rows = []
+    for r in v.itertuples(index=False):
+        if r.label == r.baseline:
+            role = "baseline"
+        elif not _na(r.is_bound) and bool(r.is_bound):
+            role = "bound (not a candidate)"
+        elif processed.aa_original(r.label) is not None:
+            role = f"A/A copy of {r.source}"
+        else:
+            role = "candidate"
+        gate = "passed" if (not _na(r.gate_ok) and bool(r.gate_ok)) else "not recorded"
+        if not _na(r.gate_ok) and not bool(r.gate_ok):
+            gate = "FAILED"
+        if gate == "passed" and not _na(r.gate_ops_checked):
+            gate += f" ({int(r.gate_ops_checked):,} ops)"
+        rows.append(
+            {
+                "Host": r.host,
+                "Python": r.interpreter,
+                "Variant": r.label,
+                "Role": role,
+                "vLLM": _str(r.vllm_version),
+                "Class sha256": _str(r.class_sha256)[:sha_chars],
+                "File sha256": _str(r.file_sha256)[:sha_chars],
+                "Block class from": _str(r.block_source),
+                "Gate": gate,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _str(value: object) -> str:
+    return "–" if _na(value) else str(value)
+
+
+def _int(value: object) -> str:
+    return "–" if _na(value) else str(int(value))  # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------------------------------
+# rendering
+
+
+def _wraps(col: str) -> bool:
+    # Free-text columns, and the per-run columns of the transposed environment table.
+    return col in _WRAP or " · " in col
+
+
+def _is_numeric(col: str) -> bool:
+    return (
+        col in _NUMERIC
+        or col.endswith(" CI")
+        or "CI" in col.split()
+        or col.startswith("Gap closed")
+        or col.startswith("Bound saves")
+    )
+
+
+def to_html(df: pd.DataFrame, *, empty: str = "No data.") -> str:
+    """Render a display table as an HTML ``<table>`` (numbers right-aligned).
+
+    Parameters
+    ----------
+    df
+        A table from this module.
+    empty
+        Text shown instead of an empty table.
+
+    Returns
+    -------
+    str
+    """
+    if df.empty:
+        return f'<p class="kvq-empty"><em>{html.escape(empty)}</em></p>'
+
+    def cell(tag: str, col: str, text: str) -> str:
+        style = ' style="text-align:right"' if _is_numeric(col) else ' style="text-align:left"'
+        cls = ' class="kvq-wrap"' if _wraps(col) and tag == "td" else ""
+        return f"<{tag}{cls}{style}>{html.escape(text)}</{tag}>"
+
+    head = "".join(cell("th", c, c) for c in df.columns)
+    body = "\n".join(
+        "<tr>"
+        + "".join(cell("td", c, str(v)) for c, v in zip(df.columns, row, strict=True))
+        + "</tr>"
+        for row in df.itertuples(index=False)
+    )
+    return (
+        '<table class="kvq-table">\n'
+        f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+    )
+
+
+def to_markdown(df: pd.DataFrame, *, empty: str = "No data.") -> str:
+    """Render a display table as GitHub-flavoured Markdown (numbers right-aligned).
+
+    Parameters
+    ----------
+    df
+        A table from this module.
+    empty
+        Text used instead of an empty table.
+
+    Returns
+    -------
+    str
+    """
+    if df.empty:
+        return f"_{empty}_"
+    align = ["right" if _is_numeric(c) else "left" for c in df.columns]
+    # "|" would end a cell in GFM.
+    clean = df.map(lambda v: str(v).replace("|", "\\|"))
+    # disable_numparse: cells are already formatted ("96.0" must not become "96").
+    return clean.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True)
+
+
+def case_note(case: str, data: processed.Processed) -> str:
+    """What one cycle of a case is (printed under its heading)."""
+    return CASE_CYCLES.get(case, case) + "."
+
+
+def headline_note(data: processed.Processed) -> str:
+    """How to read the result tables (printed once, above them)."""
+    delta = data.settings.delta
+    ci = ci_header(data.settings.confidence)
+    return (
+        "Reduction = 1 − median over worker processes of the per-process time ratio "
+        "candidate/baseline (positive: the candidate takes less time), with its "
+        f"{ci} from a bootstrap over processes (n/a with fewer than "
+        f"{stats.MIN_PROCESSES} processes). Baseline/candidate ns: medians over "
+        "processes of the per-process medians. Verdict from the CI alone: "
+        f'"{stats.no_change_label(delta)}" if the CI lies inside ±{delta * 100:g}%, '
+        '"faster"/"slower" if it lies above/below 0, otherwise "inconclusive". '
+        "Faster in: processes where the candidate was faster. CV % (b/c): median sample "
+        "coefficient of variation within a process, baseline/candidate. A/A ±: CI "
+        "half-width of an A/A pair in the same run (the noise floor), when measured."
+    )
+
+
+def present_cases(data: processed.Processed, phase: str) -> list[str]:
+    """Cases with comparison rows in the headline runs for ``phase``, in schema order."""
+    s = data.summary
+    s = s[(s["phase"] == phase) & s["headline"].fillna(False)]
+    rank = {c: i for i, c in enumerate(schema.CASES)}
+    return sorted(s["case"].unique(), key=lambda c: (rank.get(c, 99), c))
+
+
+def runs_note(data: processed.Processed) -> str:
+    """Which runs the headline tables use, which are older and which were left out."""
+    r = data.runs
+    heads = r[r["headline"].fillna(False)]
+    older = r[r["included"].fillna(False) & ~r["headline"].fillna(False)]
+    left = r[~r["included"].fillna(False)]
+    parts = [
+        "The headline tables use the newest complete run per host × interpreter: "
+        + (", ".join(f"{x.host}/{x.run_id}" for x in heads.itertuples()) or "none")
+        + "."
+    ]
+    if len(older):
+        parts.append(
+            "Older complete runs (in data/processed, not in the headline tables): "
+            + ", ".join(f"{x.host}/{x.run_id}" for x in older.itertuples())
+            + "."
+        )
+    if len(left):
+        parts.append(
+            "Left out because they are not complete: "
+            + ", ".join(f"{x.host}/{x.run_id} (status {x.status})" for x in left.itertuples())
+            + "."
+        )
+    return " ".join(parts)
