@@ -271,6 +271,10 @@ def alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_and_wait_for_first_process(
     raw: Path, log: Path, notebook: bool = False
 ) -> tuple[subprocess.Popen, Path]:
@@ -283,6 +287,10 @@ def start_and_wait_for_first_process(
             cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=err,
+            # A test suite started in the background by a non-interactive shell (as CI
+            # may be) inherits SIGINT *ignored*, and Python then never raises
+            # KeyboardInterrupt: give the run the disposition a terminal user has.
+            preexec_fn=_default_sigint,
         )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
