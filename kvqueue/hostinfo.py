@@ -109,5 +109,12 @@ def project_info() -> dict[str, Any]:
 
     commit = git("rev-parse", "HEAD")
     # Raw data folders are written during the run itself, so they do not count as dirt.
-    status = git("status", "--porcelain", "--", ".", ":!data/raw")
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    # "dirty" means tracked files differ from the commit; untracked files are reported
+    # apart (a variant file among them is identified by its sha256 anyway).
+    tracked = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!data/raw")
+    untracked = git("ls-files", "--others", "--exclude-standard", "--", ".", ":!data/raw")
+    return {
+        "commit": commit,
+        "dirty": bool(tracked) if tracked is not None else None,
+        "untracked_files": len(untracked.splitlines()) if untracked is not None else None,
+    }

@@ -151,7 +151,7 @@ def test_run_json_environment(complete_run):
     py = record["python"]
     assert py["version_info"][:2] == list(sys.version_info[:2])
     assert py["implementation"] == platform.python_implementation()
-    assert set(record["project"]) == {"commit", "dirty"}
+    assert set(record["project"]) == {"commit", "dirty", "untracked_files"}
 
 
 # ------------------------------------------------------------------ samples.csv
