@@ -27,7 +27,7 @@ import hashlib
 import subprocess
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvqueue import upstream
@@ -92,7 +92,6 @@ class Variant:
     queue_src: ClassSource
     block_src: ClassSource
     is_bound: bool = False
-    extra: dict = field(default_factory=dict)
 
     def provenance(self) -> dict:
         """Return a JSON-ready record of where this variant's code came from."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ class BenchParams:
     quick: bool = False
     aa: bool = False
     block_source: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sources(self) -> list[str]:
@@ -61,7 +60,6 @@ class BenchParams:
     def record(self) -> dict[str, Any]:
         """JSON-ready copy for ``run.json``."""
         data = asdict(self)
-        data.pop("extra")
         for key in ("variants", "pools", "cases", "confirm_cases"):
             data[key] = list(data[key])
         return data

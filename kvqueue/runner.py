@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvqueue import hostinfo, schema
+from kvqueue import hostinfo, schema, validate
 from kvqueue.params import (
     DEFAULT_VARIANTS,
     BenchInputError,
@@ -94,6 +94,7 @@ def run_gate(params: BenchParams) -> list[dict[str, Any]]:
         Any variant failed; the message is the gate's readable report.
     """
     cmd = [params.python, "-m", "kvqueue", "validate", "--json", "--ops", str(params.gate_ops)]
+    cmd += ["--seed", str(validate.DEFAULT_SEED)]
     if params.block_source:
         cmd += ["--block-source", params.block_source]
     proc = subprocess.run(
@@ -121,6 +122,15 @@ def run_gate(params: BenchParams) -> list[dict[str, Any]]:
         )
     print("\n".join(lines), file=sys.stderr)
     return report["results"]
+
+
+def phase_cases(params: BenchParams, phase: str) -> list[str]:
+    """Cases a process of ``phase`` times: all for ``main``; for ``confirm`` the
+    confirmation cases that the run measured, or all confirmation cases when it measured
+    none of them."""
+    if phase == "main":
+        return list(params.cases)
+    return [c for c in params.confirm_cases if c in params.cases] or list(params.confirm_cases)
 
 
 def _process_plan(params: BenchParams) -> list[tuple[str, int, int]]:
@@ -239,7 +249,7 @@ def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None =
         "parameters": params.record(),
         "seeds": {
             "run": params.seed,
-            "gate": 20261129,
+            "gate": validate.DEFAULT_SEED,
             "case": params.seed,
             "processes": {ph: [s for p, _, s in plan if p == ph] for ph in schema.PHASES},
         },
@@ -263,12 +273,7 @@ def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None =
                 "labels": labels,
                 "block_source": params.block_source,
                 "expected_sha256": expected,
-                "cases": list(
-                    params.cases
-                    if phase == "main"
-                    else [c for c in params.confirm_cases if c in params.cases]
-                    or params.confirm_cases
-                ),
+                "cases": phase_cases(params, phase),
                 "pools": list(params.pools),
                 "samples": params.samples,
                 "sample_ms": params.sample_ms,

@@ -286,13 +286,6 @@ def _scenario_queue(variant: Variant, size: int = 4, spare: int = 2) -> tuple[An
     return variant.queue_cls(blocks[:size]), blocks
 
 
-def _corrupt(attr: str, link: str, value: Any = None) -> Callable[[Any], None]:
-    def do(q: Any) -> None:
-        setattr(getattr(q, attr), link, value)
-
-    return do
-
-
 # Each scenario: (name, queue size, corruption applied before the call, the call).
 # ``b`` is the list of all blocks of the scenario: b[:size] start in the queue.
 _Scenario = tuple[
