@@ -7,11 +7,15 @@ saved as ``data/raw/<host>/<run-id>/bench.ipynb``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kvqueue import hostinfo
 from kvqueue.params import BenchInputError, BenchParams
@@ -43,6 +47,44 @@ def notebook_parameters(params: BenchParams, raw_dir: Path, run_id: str) -> dict
     }
 
 
+@contextlib.contextmanager
+def _sigint_goes_to_the_kernel() -> Iterator[type]:
+    """Forward Ctrl-C to the kernel while papermill waits for it; yield the manager class.
+
+    jupyter_client starts the kernel in a session of its own, so a terminal's Ctrl-C
+    reaches only this process. Left alone, it raises KeyboardInterrupt in papermill's
+    event loop, which tears the kernel down while the runner is still saving, and the
+    notebook record may or may not show the interruption. Forwarding it instead lets
+    the runner inside the kernel mark the run ``interrupted`` and end the cell with
+    KeyboardInterrupt, which papermill records and reports like any cell error.
+    """
+    from jupyter_client import AsyncKernelManager
+
+    started: list[Any] = []
+
+    class ForwardingKernelManager(AsyncKernelManager):  # type: ignore[misc]
+        async def _async_post_start_kernel(self, **kw: Any) -> None:
+            await super()._async_post_start_kernel(**kw)
+            started.append(self)
+
+    def forward(signum: int, frame: Any) -> None:
+        pgid = getattr(started[-1].provisioner, "pgid", None) if started else None
+        if pgid is None:  # no kernel yet (or not a local one): stop here as usual
+            raise KeyboardInterrupt
+        # The whole group, as a terminal would: the runner and its current worker.
+        os.killpg(pgid, signal.SIGINT)
+
+    try:
+        previous = signal.signal(signal.SIGINT, forward)
+    except ValueError:  # not the main thread: leave Ctrl-C handling as it is
+        yield AsyncKernelManager
+        return
+    try:
+        yield ForwardingKernelManager
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
     """Run the protocol through the bench notebook; return the run folder.
 
@@ -60,15 +102,17 @@ def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="kvqueue-bench-") as tmp:
         out = Path(tmp) / "bench.ipynb"
         try:
-            pm.execute_notebook(
-                str(BENCH_NOTEBOOK),
-                str(out),
-                parameters=notebook_parameters(params, raw_dir, run_id),
-                progress_bar=False,
-                stdout_file=sys.stderr,
-                stderr_file=sys.stderr,
-                cwd=os.getcwd(),  # relative variant paths resolve where they were checked
-            )
+            with _sigint_goes_to_the_kernel() as kernel_manager_class:
+                pm.execute_notebook(
+                    str(BENCH_NOTEBOOK),
+                    str(out),
+                    parameters=notebook_parameters(params, raw_dir, run_id),
+                    progress_bar=False,
+                    stdout_file=sys.stderr,
+                    stderr_file=sys.stderr,
+                    cwd=os.getcwd(),  # relative variant paths resolve where they were checked
+                    kernel_manager_class=kernel_manager_class,
+                )
         except pm.PapermillExecutionError as exc:
             if exc.ename in _ERRORS:
                 raise _ERRORS[exc.ename](exc.evalue) from None
