@@ -215,6 +215,18 @@ MUTANTS = [
         "append(block ",
     ),
     Mutant(
+        "PopOneChecksListNotCount",
+        "popleft_n(1) asserts that the list is not empty instead of checking the count",
+        (
+            (
+                "            assert self.num_free_blocks >= 1\n",
+                "            assert self.fake_free_list_head.next_free_block is not "
+                "self.fake_free_list_tail\n",
+            ),
+        ),
+        "'popleft_n(1) with 4 linked but 0 counted'",
+    ),
+    Mutant(
         "PrependNEmptyWithoutEarlyReturn",
         "prepend_n([]) checks the head sentinel anyway (asserts on a corrupted head)",
         (("        if not blocks:\n            return\n        old_first", "        old_first"),),
