@@ -248,7 +248,7 @@ class FreeKVCacheBlockQueue:
         last = tail.prev_free_block
         n = len(blocks)
         if n == 1:
-            block = blocks[0]
+            (block,) = blocks  # one UNPACK_SEQUENCE, cheaper than blocks[0]
             try:
                 # The first store fails on a corrupted tail (None) before any change.
                 last.next_free_block = block
@@ -409,7 +409,7 @@ class FloorKVCacheBlockQueue:
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
         if len(blocks) == 1:
-            block = blocks[0]
+            (block,) = blocks
             block.prev_free_block = last
             last.next_free_block = block
             block.next_free_block = tail
