@@ -120,9 +120,10 @@ class FreeKVCacheBlockQueue:
             except AttributeError:
                 pass
             return self._popleft_n_exact(n)
-        if n > 2 and self.num_free_blocks >= n:
-            # Before the n == 2 test: one comparison less for every larger batch.
-            self.num_free_blocks -= n
+        if n > 2 and (num := self.num_free_blocks) >= n:
+            # Before the n == 2 test: one comparison less for every larger batch. The
+            # count is read once (walrus), two instructions fewer than `-= n`.
+            self.num_free_blocks = num - n
             head = self.fake_free_list_head
             curr = head.next_free_block
             ret = []
