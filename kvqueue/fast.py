@@ -29,7 +29,7 @@ class FreeKVCacheBlockQueue:
     set, a detached block has both ``None``.
 
     Why it is faster than upstream while doing the same work (each measured with the
-    project's harness; see "Our queue" in the README):
+    project's harness; see the issue 5 notes in the README):
 
     - ``popleft_n`` and ``append_n`` have straight-line paths for batches of one and
       two blocks (the common case in vLLM's allocator): no loop, iterator or
