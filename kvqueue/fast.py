@@ -109,12 +109,15 @@ class FreeKVCacheBlockQueue:
             head = self.fake_free_list_head
             block = head.next_free_block
             try:
-                # Fails on a None link before any change; then redo it upstream's way.
+                # Upstream's order of stores (clear, then relink), so even a corrupted
+                # chain (a block linked to itself) ends in upstream's state. A None block
+                # fails before any change; a None next link fails after the clearing,
+                # which upstream does too. Either way the call is redone upstream's way.
                 nxt = block.next_free_block
-                nxt.prev_free_block = head
-                head.next_free_block = nxt
                 block.prev_free_block = None
                 block.next_free_block = None
+                nxt.prev_free_block = head
+                head.next_free_block = nxt
                 self.num_free_blocks -= 1
                 return [block]
             except AttributeError:
@@ -147,18 +150,25 @@ class FreeKVCacheBlockQueue:
             head = self.fake_free_list_head
             first = head.next_free_block
             try:
+                # Reads and stores interleaved in upstream's loop order (see n == 1).
                 second = first.next_free_block
-                nxt = second.next_free_block
-                nxt.prev_free_block = head
-                head.next_free_block = nxt
                 first.prev_free_block = None
                 first.next_free_block = None
+                nxt = second.next_free_block
                 second.prev_free_block = None
                 second.next_free_block = None
+                nxt.prev_free_block = head
+                head.next_free_block = nxt
                 self.num_free_blocks -= 2
                 return [first, second]
             except AttributeError:
-                pass
+                if first is not None and second is not None:
+                    # The chain ends after these two (a None link): upstream pops both
+                    # and skips the relink.
+                    self.num_free_blocks -= 2
+                    return [first, second]
+            # A None first or second block: redo it upstream's way (clearing the first
+            # block again changes nothing).
             return self._popleft_n_exact(n)
         return self._popleft_n_exact(n)
 

@@ -428,6 +428,80 @@ INVALID_SCENARIOS: list[_Scenario] = [
         lambda q, b: setattr(q.fake_free_list_head, "next_free_block", None),
         lambda q, b: q.popleft(),
     ),
+    # Aliasing: corrupted chains whose links point back into themselves, and blocks
+    # appended while still attached. The outcome depends on the order of the stores.
+    (
+        "popleft_n(1) of a block linked to itself",
+        4,
+        lambda q, b: setattr(b[0], "next_free_block", b[0]),
+        lambda q, b: q.popleft_n(1),
+    ),
+    (
+        "popleft_n(2) of a block linked to itself",
+        4,
+        lambda q, b: setattr(b[0], "next_free_block", b[0]),
+        lambda q, b: q.popleft_n(2),
+    ),
+    (
+        "popleft_n(2) whose second block links to itself",
+        4,
+        lambda q, b: setattr(b[1], "next_free_block", b[1]),
+        lambda q, b: q.popleft_n(2),
+    ),
+    (
+        "popleft_n(3) of a block linked to itself",
+        4,
+        lambda q, b: setattr(b[0], "next_free_block", b[0]),
+        lambda q, b: q.popleft_n(3),
+    ),
+    (
+        "popleft() of a block linked to itself",
+        4,
+        lambda q, b: setattr(b[0], "next_free_block", b[0]),
+        lambda q, b: q.popleft(),
+    ),
+    (
+        "popleft_n(1) with a head sentinel linked to itself",
+        4,
+        lambda q, b: setattr(q.fake_free_list_head, "next_free_block", q.fake_free_list_head),
+        lambda q, b: q.popleft_n(1),
+    ),
+    (
+        "popleft_n(2) whose first block links back to the head",
+        4,
+        lambda q, b: setattr(b[0], "next_free_block", q.fake_free_list_head),
+        lambda q, b: q.popleft_n(2),
+    ),
+    (
+        "append_n() of the last free block",
+        4,
+        None,
+        lambda q, b: q.append_n([b[3]]),
+    ),
+    (
+        "append_n() of the tail sentinel",
+        4,
+        None,
+        lambda q, b: q.append_n([q.fake_free_list_tail]),
+    ),
+    (
+        "append() of the last free block",
+        4,
+        None,
+        lambda q, b: q.append(b[3]),
+    ),
+    (
+        "append_n() of the last free block and another",
+        4,
+        None,
+        lambda q, b: q.append_n([b[3], b[4]]),
+    ),
+    (
+        "remove() of a block linked to itself",
+        4,
+        lambda q, b: setattr(b[1], "next_free_block", b[1]),
+        lambda q, b: q.remove(b[1]),
+    ),
     (
         "get_all_free_blocks() with a corrupted head sentinel",
         4,

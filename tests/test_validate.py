@@ -227,6 +227,25 @@ MUTANTS = [
         "'popleft_n(1) with 4 linked but 0 counted'",
     ),
     Mutant(
+        "PopOneRelinksBeforeClearing",
+        "popleft_n(1) relinks the head before clearing the popped block (differs on a self-loop)",
+        (
+            (
+                "            only.prev_free_block = None\n"
+                "            only.next_free_block = None\n"
+                "            if after is not None:\n"
+                "                self.fake_free_list_head.next_free_block = after\n"
+                "                after.prev_free_block = self.fake_free_list_head\n",
+                "            if after is not None:\n"
+                "                self.fake_free_list_head.next_free_block = after\n"
+                "                after.prev_free_block = self.fake_free_list_head\n"
+                "            only.prev_free_block = None\n"
+                "            only.next_free_block = None\n",
+            ),
+        ),
+        "'popleft_n(1) of a block linked to itself'",
+    ),
+    Mutant(
         "PrependNEmptyWithoutEarlyReturn",
         "prepend_n([]) checks the head sentinel anyway (asserts on a corrupted head)",
         (("        if not blocks:\n            return\n        old_first", "        old_first"),),
