@@ -19,7 +19,6 @@ from kvqueue import schema
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-BROKEN_QUEUE = TESTS_DIR / "bench_fixtures" / "broken_queue.py"
 GOOD_QUEUE = TESTS_DIR / "queues" / "good.py"
 
 #: Two offline variants: the project's queue (baseline) and its floor bound.
@@ -57,15 +56,34 @@ def bench_cli(
     )
 
 
-def fixed_queue_text() -> str:
-    """The text of ``bench_fixtures/broken_queue.py`` with its one bug fixed (a correct
-    queue that passes the validation gate)."""
-    text = BROKEN_QUEUE.read_text(encoding="utf-8")
-    unlink = "        block.next_free_block.prev_free_block = block.prev_free_block\n"
-    assert text.count(unlink) == 1
-    return text.replace(
-        unlink, unlink + "        block.prev_free_block = block.next_free_block = None\n"
+#: What the broken queue lacks: ``remove`` resetting the removed block's own two links.
+_REMOVE_RESETS = (
+    "        block.prev_free_block = None\n"
+    "        block.next_free_block = None\n"
+    "        self.num_free_blocks -= 1\n"
+)
+
+
+def write_broken_queue(folder: Path) -> Path:
+    """Write ``folder/broken_queue.py``: ``tests/queues/good.py`` with ONE deliberate bug.
+
+    ``remove`` unlinks the block from its neighbours but leaves the block's own links
+    set, so a removed block is not detached as the contract demands. The validation gate
+    must refuse it, and ``make bench`` must then time nothing and write nothing. With
+    the bug fixed the file is ``good.py`` again (see :func:`fixed_queue_text`).
+    """
+    text = GOOD_QUEUE.read_text(encoding="utf-8")
+    assert text.count(_REMOVE_RESETS) == 1
+    path = Path(folder) / "broken_queue.py"
+    path.write_text(
+        text.replace(_REMOVE_RESETS, "        self.num_free_blocks -= 1\n"), encoding="utf-8"
     )
+    return path
+
+
+def fixed_queue_text() -> str:
+    """The broken queue with its one bug fixed: the text of ``tests/queues/good.py``."""
+    return GOOD_QUEUE.read_text(encoding="utf-8")
 
 
 def run_dirs(raw_dir: Path, host: str) -> list[Path]:

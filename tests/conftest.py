@@ -32,6 +32,14 @@ def good_text() -> str:
     return GOOD_QUEUE.read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="session")
+def broken_queue(tmp_path_factory) -> Path:
+    """Path of ``broken_queue.py``, good.py with one bug (see ``benchutil``)."""
+    from benchutil import write_broken_queue
+
+    return write_broken_queue(tmp_path_factory.mktemp("fixtures"))
+
+
 @pytest.fixture
 def run_cli():
     """Run ``python -m kvqueue ARGS`` in a fresh interpreter; return the CompletedProcess."""

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from benchutil import (
-    BROKEN_QUEUE,
     GOOD_QUEUE,
     REPO_ROOT,
     TINY_ARGS,
@@ -202,22 +201,22 @@ def test_relative_variant_path_from_another_folder(tmp_path):
 # ------------------------------------------------------------------ validation gate
 
 
-def test_broken_fixture_has_exactly_one_bug(tmp_path):
+def test_broken_fixture_has_exactly_one_bug(tmp_path, broken_queue):
     """The fixture's only bug is in ``remove``: with it fixed, the gate passes."""
     fixed = tmp_path / "fixed_queue.py"
     fixed.write_text(fixed_queue_text(), encoding="utf-8")
-    for path, verdict in ((BROKEN_QUEUE, False), (fixed, True)):
+    for path, verdict in ((broken_queue, False), (fixed, True)):
         variants = loader.load_variants(["kvqueue", str(path)])
         results = validate.gate(variants, ops=3_000)
         assert [r.ok for r in results] == [True, verdict], results[1].error
 
 
 @pytest.mark.parametrize("notebook", [False, True], ids=["direct", "notebook"])
-def test_gate_refusal_exits_1_and_writes_nothing(tmp_path, notebook):
+def test_gate_refusal_exits_1_and_writes_nothing(tmp_path, notebook, broken_queue):
     raw = tmp_path / "raw"
     args = with_args(
         ("--host", "smoke", "--raw-dir", str(raw), *TINY_ARGS),
-        ["--variants", f"kvqueue {BROKEN_QUEUE}"],
+        ["--variants", f"kvqueue {broken_queue}"],
     )
     proc = bench_cli(*args, *([] if notebook else ["--no-notebook"]))
     assert proc.returncode == 1, proc.stderr

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from benchutil import (
-    BROKEN_QUEUE,
     VARIANTS,
     check_orders,
     expected_rows,
@@ -224,9 +223,9 @@ def test_an_existing_run_id_is_never_reused(tmp_path):
     assert {p: p.read_bytes() for p in first.iterdir()} == before
 
 
-def test_gate_refusal_writes_nothing(tmp_path, capsys):
+def test_gate_refusal_writes_nothing(tmp_path, capsys, broken_queue):
     raw = tmp_path / "raw"
-    params = tiny_params(variants=["kvqueue", str(BROKEN_QUEUE)])
+    params = tiny_params(variants=["kvqueue", str(broken_queue)])
     with pytest.raises(runner.GateRefused) as info:
         runner.run_bench(params, raw)
     message = str(info.value)
