@@ -45,6 +45,12 @@ def _no_data(message: str) -> Figure:
     return fig
 
 
+def _seed_jitter(data: processed.Processed) -> None:
+    # seaborn's stripplot jitters with the global numpy RNG; seed it so a rerun over
+    # the same data draws the same picture (the PNGs are compared and pasted into PRs).
+    np.random.seed(data.settings.seed)
+
+
 def _headline(df: pd.DataFrame, phase: str = "main") -> pd.DataFrame:
     return df[(df["phase"] == phase) & df["headline"].fillna(False)]
 
@@ -190,10 +196,10 @@ def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
         Each dot is one worker process; the black bar is the median (the headline
         estimate).
     """
-    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
-    df = data.ratios[data.ratios["phase"] == phase].merge(heads, on=["host", "run_id"])
+    df = data.in_headline_runs(data.ratios, phase)
     if df.empty:
         return _no_data("No per-process ratios in the headline runs.")
+    _seed_jitter(data)
     df = df.assign(
         reduction_pct=(1.0 - df["ratio"]) * 100,
         cell=[_case_pool_label(c, p) for c, p in zip(df["case"], df["pool"], strict=True)],
@@ -270,12 +276,10 @@ def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
     matplotlib.figure.Figure
         One panel per host x interpreter (rows) and pool (columns).
     """
-    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
-    df = data.process_medians[data.process_medians["phase"] == phase].merge(
-        heads, on=["host", "run_id"]
-    )
+    df = data.in_headline_runs(data.process_medians, phase)
     if df.empty:
         return _no_data("No samples in the headline runs.")
+    _seed_jitter(data)
     var_rank: dict[str, int] = {}
     for lab in data.variants.sort_values("position", kind="stable")["label"]:
         var_rank.setdefault(lab, len(var_rank))
@@ -365,11 +369,6 @@ def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
     pathlib.Path
     """
     return save(FIGURES[name][1](data), folder, name)
-
-
-def draw_all(data: processed.Processed, folder: Path | str) -> dict[str, Path]:
-    """Draw every figure of :data:`FIGURES`; return name -> PNG path."""
-    return {name: draw(data, name, folder) for name in FIGURES}
 
 
 def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:

@@ -67,7 +67,7 @@ def _sigint_goes_to_the_kernel() -> Iterator[type]:
             await super()._async_post_start_kernel(**kw)
             started.append(self)
 
-    def forward(signum: int, frame: Any) -> None:
+    def forward(_signum: int, _frame: Any) -> None:
         pgid = getattr(started[-1].provisioner, "pgid", None) if started else None
         if pgid is None:  # no kernel yet (or not a local one): stop here as usual
             raise KeyboardInterrupt

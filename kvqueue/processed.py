@@ -268,6 +268,16 @@ class Processed:
         """Return a table by its file stem (``"summary"``, ...)."""
         return getattr(self, name)
 
+    def headline_runs(self) -> pd.DataFrame:
+        """The rows of ``runs`` that are headline runs (newest complete per host x python)."""
+        return self.runs[self.runs["headline"].fillna(False)]
+
+    def in_headline_runs(self, df: pd.DataFrame, phase: str) -> pd.DataFrame:
+        """Rows of ``df`` (a table without a ``headline`` column) of ``phase`` in a
+        headline run."""
+        heads = self.headline_runs()[["host", "run_id"]]
+        return df[df["phase"] == phase].merge(heads, on=["host", "run_id"])
+
 
 # ---------------------------------------------------------------------------------------
 # comparisons

@@ -409,9 +409,7 @@ def ns_table(data: processed.Processed, *, phase: str = "main") -> pd.DataFrame:
         Host, Python, Case, Pool, Variant, Processes, Median ns and the range of the
         per-process medians, headline runs only.
     """
-    m = data.process_medians
-    heads = data.runs[data.runs["headline"].fillna(False)][["host", "run_id"]]
-    m = m[m["phase"] == phase].merge(heads, on=["host", "run_id"])
+    m = data.in_headline_runs(data.process_medians, phase)
     order = _variant_order(data)
     agg = (
         m.groupby(["host", "interpreter", "case", "pool", "variant"], sort=True)["median_ns"]
@@ -498,7 +496,7 @@ def environment_table(data: processed.Processed) -> pd.DataFrame:
     pandas.DataFrame
         A ``Field`` column, then one column per headline run (``host · interpreter``).
     """
-    runs = data.runs[data.runs["headline"].fillna(False)]
+    runs = data.headline_runs()
     if runs.empty:
         return pd.DataFrame()
     columns: dict[str, list[str]] = {}
@@ -551,8 +549,7 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
         Host, Python, Variant, Role (an A/A copy names its source), vLLM, Class sha256,
         File sha256, Block class from, Gate (the run ids are in :func:`environment_table`).
     """
-    heads = data.runs[data.runs["headline"].fillna(False)]
-    heads = heads[["host", "run_id", "interpreter", "baseline"]]
+    heads = data.headline_runs()[["host", "run_id", "interpreter", "baseline"]]
     v = data.variants.merge(heads, on=["host", "run_id"]).sort_values(
         ["host", "interpreter", "run_id", "position"]
     )

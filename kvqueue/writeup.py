@@ -18,10 +18,6 @@ from kvqueue import processed, stats, tables
 TITLE = "FreeKVCacheBlockQueue benchmark"
 
 
-def _headline_runs(data: processed.Processed) -> pd.DataFrame:
-    return data.runs[data.runs["headline"].fillna(False)]
-
-
 def _na(value: object) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
 
@@ -113,7 +109,7 @@ def methods_paragraph(data: processed.Processed) -> str:
     str
     """
     s = data.settings
-    heads = _headline_runs(data)
+    heads = data.headline_runs()
     if heads.empty:
         return "No complete run was found, so there are no results to describe."
     design_cols = [
@@ -192,7 +188,7 @@ def reproduce_commands(data: processed.Processed) -> str:
         A fenced ``sh`` code block (Markdown).
     """
     lines = []
-    heads = _headline_runs(data)
+    heads = data.headline_runs()
     commits = sorted({str(c) for c in heads["commit"].dropna()})
     if len(commits) == 1:
         lines.append(f"git checkout {commits[0]}   # project commit of the runs")
