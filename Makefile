@@ -80,10 +80,10 @@ RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(wildcard kvqueue/*.py) notebooks/report.ipynb
 REPORT_HTML  := reports/report.html
 
-report: $(REPORT_HTML) ## render reports/report.html and reports/pr-writeup.md from data/raw
+report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and reports/pr-writeup.md from data/raw
 	@echo "report: $(abspath $(REPORT_HTML))  writeup: $(abspath reports/pr-writeup.md)"
 
-$(REPORT_HTML) reports/pr-writeup.md &: $(REPORT_DEPS)
+$(REPORT_HTML) reports/pr-writeup.md data/processed/manifest.json &: $(REPORT_DEPS)
 	$(VPY) -m kvqueue report --raw-dir data/raw --processed-dir data/processed --out reports
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
