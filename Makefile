@@ -8,49 +8,44 @@ VENV         := .venv
 VPY          := $(VENV)/bin/python
 STAMP        := $(VENV)/.installed
 
-# `make bench` parameters (see README); empty = the default in kvqueue/params.py.
+# `make bench` parameters: one Make variable per field of kvqueue.params.BenchParams
+# (tests/test_params.py checks that the lists agree); empty = the field's default.
 # PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
+# They reach `python -m kvqueue bench --from-env` as KVQUEUE_<NAME> environment
+# variables, verbatim: no value is ever evaluated by a shell.
+BENCH_VARS := HOST PYTHON VARIANTS PROCESSES CONFIRM_PROCESSES SAMPLES SAMPLE_MS POOLS \
+              CASES CONFIRM_CASES CPU GC SEED GATE_OPS QUICK AA BLOCK_SOURCE
 HOST     ?=
 PYTHON   ?= python3
 VARIANTS ?=
-QUICK    ?=
-AA       ?=
 PROCESSES         ?=
 CONFIRM_PROCESSES ?=
 SAMPLES   ?=
 SAMPLE_MS ?=
-SEED      ?=
-CASES     ?=
 POOLS     ?=
+CASES     ?=
+CONFIRM_CASES ?=
 CPU       ?=
+GC        ?=
+SEED      ?=
+GATE_OPS  ?=
+QUICK     ?=
+AA        ?=
+BLOCK_SOURCE ?=
 RAW_DIR   ?= data/raw
 
-truthy = $(filter 1 yes true on,$(1))
-BENCH_ARGS = --host "$(HOST)" --python "$(PYTHON)" --raw-dir "$(RAW_DIR)" \
-  $(if $(VARIANTS),--variants "$(VARIANTS)") \
-  $(if $(PROCESSES),--processes "$(PROCESSES)") \
-  $(if $(CONFIRM_PROCESSES),--confirm-processes "$(CONFIRM_PROCESSES)") \
-  $(if $(SAMPLES),--samples "$(SAMPLES)") \
-  $(if $(SAMPLE_MS),--sample-ms "$(SAMPLE_MS)") \
-  $(if $(SEED),--seed "$(SEED)") \
-  $(if $(CASES),--cases "$(CASES)") \
-  $(if $(POOLS),--pools "$(POOLS)") \
-  $(if $(CPU),--cpu "$(CPU)") \
-  $(if $(call truthy,$(QUICK)),--quick) \
-  $(if $(call truthy,$(AA)),--aa)
+$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench validate: export KVQUEUE_$(v) = $$(value $(v))))
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test lint format validate bench report clean
+.PHONY: help setup test test-fast lint format validate bench report notebooks clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
 	  awk -F'\t' '{printf "  %-22s %s\n", $$1, $$2}'
 	@echo
-	@echo "  bench variables: HOST=label (required) PYTHON=/path/to/python VARIANTS=\"...\""
-	@echo "                   QUICK=1 AA=1 PROCESSES=11 CONFIRM_PROCESSES=9 SAMPLES=9"
-	@echo "                   SAMPLE_MS=20 SEED=1 CASES=\"...\" POOLS=\"...\" CPU=auto"
-	@echo "  (defaults: kvqueue/params.py; PYTHON defaults to python3)"
+	@echo "  bench variables: $(BENCH_VARS) RAW_DIR"
+	@echo "  (what each means and its default: .venv/bin/python -m kvqueue bench --help)"
 
 $(STAMP): pyproject.toml
 	@test -x $(VPY) || $(BOOTSTRAP_PY) -m venv $(VENV)
@@ -59,8 +54,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install the package with dev extras
 
-test: $(STAMP) ## run the test suite (pytest)
+test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(VPY) -m pytest -q
+
+test-fast: $(STAMP) ## run the tests not marked slow (no subprocess/papermill/Chromium runs)
+	$(VPY) -m pytest -q -m "not slow"
 
 lint: $(STAMP) ## ruff format check + lint
 	$(VPY) -m ruff format --check kvqueue tests
@@ -71,10 +69,13 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(VPY) -m ruff check --fix kvqueue tests
 
 validate: $(STAMP) ## run the validation gate on VARIANTS (first = baseline)
-	$(VPY) -m kvqueue validate $(or $(VARIANTS),vllm==0.31.0 vllm==0.32.0 kvqueue kvqueue:floor)
+	$(VPY) -m kvqueue validate --from-env
 
 bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
-	@$(VPY) -m kvqueue bench $(BENCH_ARGS)
+	@$(VPY) -m kvqueue bench --from-env
+
+notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params.py
+	$(VPY) -m kvqueue sync-notebooks
 
 RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(wildcard kvqueue/*.py) notebooks/report.ipynb

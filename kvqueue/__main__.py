@@ -1,20 +1,64 @@
-"""Command line: ``python -m kvqueue validate SOURCE [SOURCE ...]`` (and ``bench``).
+"""Command line of kvqueue-bench: ``python -m kvqueue COMMAND ...``, one parser for all.
 
-``validate`` uses the standard library only, so it runs under any CPython >= 3.10.
+``validate``
+    the validation gate on variant sources (first = baseline);
+``bench``
+    collect one run into ``data/raw/<host>/<run-id>/`` (``make bench``);
+``report``
+    rebuild ``data/processed`` and render the HTML report and PR writeup (``make report``);
+``sync-notebooks``
+    regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`.
+
+The options of ``bench`` and ``report`` are generated from the fields of
+:class:`kvqueue.params.BenchParams` and :class:`kvqueue.params.ReportSettings`. Each
+command imports what it needs when it runs (as pyperf's ``__main__`` does): ``validate``
+and ``bench`` up to the notebook are standard library only and run on a bare
+interpreter, ``report`` needs the project's virtual environment.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import NoReturn
 
-from kvqueue import loader, validate
+from kvqueue import params
+from kvqueue.errors import BenchError, BenchInputError, GateRefused
+
+_SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors become one-line BenchInputErrors (``make bench: ...``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BenchInputError(message)
+
+
+# ------------------------------------------------------------------ validate
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    import json
+
+    from kvqueue import loader, validate
+
+    sources = list(args.sources)
+    block_source = args.block_source
+    if args.from_env:
+        sources = os.environ.get(params.ENV_PREFIX + "VARIANTS", "").split() or list(
+            params.DEFAULT_VARIANTS
+        )
+        block_source = os.environ.get(params.ENV_PREFIX + "BLOCK_SOURCE", "") or None
+    if not sources:
+        print("kvqueue validate: give at least one SOURCE (or --from-env)", file=sys.stderr)
+        return 2
     try:
-        variants = loader.load_variants(args.sources, block_source=args.block_source)
+        variants = loader.load_variants(sources, block_source=block_source or None)
     except loader.SourceError as exc:
         print(f"kvqueue validate: {exc}", file=sys.stderr)
         return 2
@@ -40,32 +84,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m kvqueue``.
+def _add_validate(sub: argparse._SubParsersAction) -> None:
+    from kvqueue import validate
 
-    ``bench`` and ``report`` are forwarded to their modules (imported lazily: ``report``
-    needs the analysis stack, ``validate`` must run on a bare interpreter).
-    """
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "bench":
-        from kvqueue.runner import main as bench_main
-
-        return bench_main(argv[1:])
-    if argv and argv[0] == "report":
-        from kvqueue.render import main as report_main
-
-        return report_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m kvqueue", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("bench", help="collect a run (see: python -m kvqueue bench --help)")
-    sub.add_parser("report", help="render the report (see: python -m kvqueue report --help)")
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
-    p.add_argument(
-        "sources",
-        nargs="+",
-        metavar="SOURCE",
-        help="vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor",
-    )
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help=_SOURCES_HELP)
     p.add_argument(
         "--ops",
         type=int,
@@ -79,9 +102,179 @@ def main(argv: list[str] | None = None) -> int:
         help="source of the shared KVCacheBlock class (default: the baseline)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"take the sources from {params.ENV_PREFIX}VARIANTS (how `make validate` passes them)",
+    )
     p.set_defaults(func=_cmd_validate)
-    args = parser.parse_args(argv)
-    return args.func(args)
+
+
+# ------------------------------------------------------------------ bench
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="collect one run into data/raw/<host>/<run-id>/",
+        description="Collect one run of the timing protocol. Every option is also a Make "
+        "variable of `make bench` (shown in brackets).",
+    )
+    for f in params.bench_fields():
+        spec = params.spec_of(f)
+        default = params.default_of(f)
+        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        help_ = f"{spec.help} [{spec.make}; default: {shown!s}]"
+        if spec.kind == "bool":
+            p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
+        else:
+            p.add_argument(_option(f.name), metavar=spec.make, help=help_)
+    p.add_argument(
+        "--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR; data/raw]"
+    )
+    p.add_argument(
+        "--no-notebook",
+        action="store_true",
+        help="run the protocol directly instead of through notebooks/bench.ipynb",
+    )
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"read every parameter from {params.ENV_PREFIX}<MAKE VARIABLE> (how `make bench` "
+        "passes them: verbatim, never through a shell)",
+    )
+    p.set_defaults(func=_cmd_bench)
+
+
+def _bench_params(args: argparse.Namespace) -> params.BenchParams:
+    if args.from_env:
+        given = [f.name for f in params.bench_fields() if getattr(args, f.name) is not None]
+        if given:
+            raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
+        return params.from_environment(os.environ)
+    return params.from_text({f.name: getattr(args, f.name) for f in params.bench_fields()})
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from kvqueue import schema
+
+    try:
+        raw_text = args.raw_dir or (
+            os.environ.get(params.ENV_PREFIX + "RAW_DIR", "") if args.from_env else ""
+        )
+        raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
+        checked = params.check(_bench_params(args))  # the one place input is checked
+        run_id = schema.new_run_id(checked.python["tag"])
+        if args.no_notebook:
+            from kvqueue import runner
+
+            runner.run_bench(checked, raw_dir, run_id)
+        else:
+            from kvqueue import notebook_run
+
+            notebook_run.run_bench_notebook(checked, raw_dir, run_id)
+    except (BenchInputError, GateRefused, BenchError) as exc:
+        print(f"make bench: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, BenchInputError) else 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+# ------------------------------------------------------------------ report
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="rebuild data/processed and render the HTML report and the PR writeup",
+        description="Build data/processed and render the HTML report and the PR writeup.",
+    )
+    for name, (default, help_) in params.REPORT_PATHS.items():
+        if name != "figures_dir":  # figures go to <out>/figures
+            p.add_argument(
+                _option(name), type=Path, default=params.resolve_in_repo(default), help=help_
+            )
+    p.add_argument(
+        "--out", type=Path, default=params.resolve_in_repo("reports"), help="report folder"
+    )
+    p.add_argument("--notebook", type=Path, default=None, help="report notebook to run")
+    for f in fields(params.ReportSettings):
+        default = params.default_of(f)
+        help_ = f"{f.metadata['help']} (default: %(default)s)"
+        if f.name == "pairs":
+            shown = "; ".join(f"{c} vs {b}" for c, b in default)
+            p.add_argument(
+                "--pair",
+                dest="pairs",
+                nargs=2,
+                action="append",
+                metavar=("CANDIDATE", "BASELINE"),
+                help=f"{f.metadata['help']} (repeatable; default: {shown})",
+            )
+        else:
+            p.add_argument(_option(f.name), type=type(default), default=default, help=help_)
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from kvqueue import render
+
+    values = {f.name: getattr(args, f.name) for f in fields(params.ReportSettings)}
+    if values["pairs"] is None:
+        values.pop("pairs")
+    settings = params.ReportSettings.from_dict(values)
+    # Given paths are relative to the current folder, as on any command line.
+    return render.report(
+        raw_dir=args.raw_dir.resolve(),
+        processed_dir=args.processed_dir.resolve(),
+        out=args.out.resolve(),
+        settings=settings,
+        notebook=args.notebook,
+    )
+
+
+# ------------------------------------------------------------------ sync-notebooks
+
+
+def _cmd_sync_notebooks(_args: argparse.Namespace) -> int:
+    from kvqueue import notebook_run
+
+    changed = notebook_run.sync_parameters_cells()
+    for path in changed:
+        print(f"rewrote the parameters cell of {path}")
+    if not changed:
+        print("notebooks: parameters cells are up to date")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The one parser of ``python -m kvqueue`` (all subcommands)."""
+    parser = _OneLineParser(prog="python -m kvqueue", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    _add_validate(sub)
+    _add_bench(sub)
+    _add_report(sub)
+    p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
+    p.set_defaults(func=_cmd_sync_notebooks)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m kvqueue``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except BenchInputError as exc:
+        command = argv[0] if argv and not argv[0].startswith("-") else "kvqueue"
+        prefix = "make bench" if command == "bench" else f"kvqueue {command}"
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return 2
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,14 @@ def ops_per_loop(case: str, pool: int) -> int:
     return 1
 
 
+def mix_composition() -> str:
+    """The ``mix`` batch sizes in words, e.g. ``90×1, 5×2, 4×8, 1×32`` (for the report)."""
+    counts: dict[int, int] = {}
+    for size in MIX_SIZES:
+        counts[size] = counts.get(size, 0) + 1
+    return ", ".join(f"{n}×{size}" for size, n in counts.items())
+
+
 def mix_sequence(seed: int) -> list[int]:
     """Return the fixed shuffled sequence of batch sizes of the ``mix`` case."""
     seq = list(MIX_SIZES)

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from kvqueue import processed, schema, stats, tables
+from kvqueue import analysis, processed, schema, stats, tables
 
 DPI = 100
 WIDTH_IN = 13.0
@@ -34,9 +34,8 @@ def _case_pool_label(case: str, pool: int) -> str:
 
 
 def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
-    rank = {c: i for i, c in enumerate(schema.CASES)}
     cells = {(c, int(p)) for c, p in zip(df["case"], df["pool"], strict=True)}
-    return sorted(cells, key=lambda cp: (rank.get(cp[0], 99), cp[1]))
+    return sorted(cells, key=lambda cp: (schema.case_rank(cp[0]), cp[1]))
 
 
 def _no_data(message: str) -> Figure:
@@ -62,12 +61,12 @@ def _comparisons(data: processed.Processed, df: pd.DataFrame) -> list[tuple[str,
     }
     order = {p: i for i, p in enumerate(data.settings.pairs)}
     return sorted(
-        present, key=lambda t: (t[2] == processed.AA, order.get((t[0], t[1]), 99), t[0], t[1])
+        present, key=lambda t: (t[2] == analysis.AA, order.get((t[0], t[1]), 99), t[0], t[1])
     )
 
 
 def _panel_title(cand: str, base: str, kind: str) -> str:
-    prefix = "A/A noise floor: " if kind == processed.AA else ""
+    prefix = "A/A noise floor: " if kind == analysis.AA else ""
     return f"{prefix}{cand}\nvs {base}"
 
 
@@ -287,8 +286,7 @@ def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
     palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
     series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
     pools = sorted(df["pool"].unique())
-    rank = {c: i for i, c in enumerate(schema.CASES)}
-    cases = sorted(df["case"].unique(), key=lambda c: rank.get(c, 99))
+    cases = sorted(df["case"].unique(), key=schema.case_key)
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
         fig = Figure(figsize=(WIDTH_IN, 3.4 * len(series) + 1.2), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(series), len(pools), squeeze=False, sharey=True)

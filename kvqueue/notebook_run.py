@@ -8,6 +8,7 @@ saved as ``data/raw/<host>/<run-id>/bench.ipynb``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,34 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo
-from kvqueue.params import BenchInputError, BenchParams
-from kvqueue.runner import BenchError, GateRefused, new_run_id
+from kvqueue import hostinfo, params, schema
+from kvqueue.errors import BenchError, BenchInputError, GateRefused
 
 BENCH_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "bench.ipynb"
+REPORT_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "report.ipynb"
 _ERRORS = {"BenchInputError": BenchInputError, "GateRefused": GateRefused}
-
-
-def notebook_parameters(params: BenchParams, raw_dir: Path, run_id: str) -> dict:
-    """Map :class:`BenchParams` onto the notebook's ``parameters`` cell."""
-    return {
-        "host": params.host,
-        "python": params.python,
-        "variants": list(params.variants),
-        "processes": params.processes,
-        "confirm_processes": params.confirm_processes,
-        "samples": params.samples,
-        "sample_ms": params.sample_ms,
-        "pools": list(params.pools),
-        "cases": list(params.cases),
-        "cpu": params.cpu,
-        "gc": params.gc,
-        "seed": params.seed,
-        "quick": params.quick,
-        "aa": params.aa,
-        "raw_dir": str(raw_dir),
-        "run_id": run_id,
-    }
 
 
 @contextlib.contextmanager
@@ -85,8 +64,18 @@ def _sigint_goes_to_the_kernel() -> Iterator[type]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
+def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> Path:
     """Run the protocol through the bench notebook; return the run folder.
+
+    Parameters
+    ----------
+    checked
+        Parameters checked once by the CLI; passed to the notebook as literals together
+        with the interpreter's identity, so the notebook checks nothing again.
+    raw_dir
+        Root of the raw data.
+    run_id
+        The run folder's name (:func:`kvqueue.schema.new_run_id`).
 
     Raises
     ------
@@ -97,16 +86,15 @@ def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
     """
     import papermill as pm
 
-    run_id = new_run_id(hostinfo.python_info(params.python)["tag"])
-    run_dir = Path(raw_dir) / params.host / run_id
+    run_dir = schema.run_path(raw_dir, checked.params.host, run_id)
     with tempfile.TemporaryDirectory(prefix="kvqueue-bench-") as tmp:
-        out = Path(tmp) / "bench.ipynb"
+        out = Path(tmp) / schema.BENCH_NOTEBOOK
         try:
             with _sigint_goes_to_the_kernel() as kernel_manager_class:
                 pm.execute_notebook(
                     str(BENCH_NOTEBOOK),
                     str(out),
-                    parameters=notebook_parameters(params, raw_dir, run_id),
+                    parameters=params.bench_notebook_parameters(checked, raw_dir, run_id),
                     progress_bar=False,
                     stdout_file=sys.stderr,
                     stderr_file=sys.stderr,
@@ -122,5 +110,45 @@ def run_bench_notebook(params: BenchParams, raw_dir: Path) -> Path:
         finally:
             # Whatever happened, a run folder that exists gets its notebook record.
             if run_dir.is_dir() and out.exists():
-                shutil.copyfile(out, run_dir / "bench.ipynb")
+                shutil.copyfile(out, run_dir / schema.BENCH_NOTEBOOK)
     return run_dir
+
+
+# ------------------------------------------------------------------ parameters cells
+
+
+def _parameters_cell(nb: dict[str, Any]) -> dict[str, Any]:
+    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"expected one cell tagged 'parameters', found {len(cells)}")
+    return cells[0]
+
+
+def parameters_cell_source(path: Path) -> str:
+    """The source of a notebook's ``parameters`` cell."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    source = _parameters_cell(nb)["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def expected_parameters_cells() -> dict[Path, str]:
+    """Each notebook and the ``parameters`` cell generated for it by :mod:`kvqueue.params`."""
+    return {
+        BENCH_NOTEBOOK: params.bench_parameters_cell(),
+        REPORT_NOTEBOOK: params.report_parameters_cell(),
+    }
+
+
+def sync_parameters_cells() -> list[Path]:
+    """Rewrite each notebook's ``parameters`` cell from the fields; return those changed."""
+    changed = []
+    for path, text in expected_parameters_cells().items():
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cell = _parameters_cell(nb)
+        lines = text.split("\n")
+        new = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+        if cell["source"] != new:
+            cell["source"] = new
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            changed.append(path)
+    return changed

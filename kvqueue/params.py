@@ -1,51 +1,110 @@
-"""Parameters of a bench run, their defaults, and the checks that refuse bad input.
+"""Parameters of every command, their defaults, their help and the checks that refuse bad
+input: the one source that the CLI options, the Make variables and the notebooks'
+``parameters`` cells are generated from (``tests/test_params.py`` checks that they agree).
 
-Every check runs before anything is written: a bad HOST, case, count, interpreter or
-variant source gets a one-line :class:`BenchInputError` and leaves no trace on disk.
+:class:`BenchParams` defines a bench run, :class:`ReportSettings` the analysis. Each
+field carries its Make variable, its help and how its text is parsed (:class:`Spec`).
+Every check of :func:`check_values` runs before anything is written: a bad HOST, case,
+count, interpreter or variant source gets a one-line :class:`BenchInputError` and leaves
+no trace on disk. :func:`check` adds the checks that start processes (the interpreter is
+probed once, every variant source is loaded once) and returns :class:`Checked`, which
+the rest of the bench route passes along instead of checking again.
+
+Standard library only: ``python -m kvqueue`` imports this under a bare interpreter.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from kvqueue import hostinfo, loader, schema
+from kvqueue.errors import BenchInputError
 
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MIN_POOL = 64  # alloc32 pops 32 blocks; remove needs interior blocks
 MIN_PYTHON = (3, 10)
+#: Upper bounds that catch a typo (SAMPLE_MS=20000 for 20) before hours are spent: the
+#: default run takes ~200 s; these allow runs ~100x longer than that, no more.
+MAX_PROCESSES = 1000
+MAX_SAMPLES = 1000
+MAX_SAMPLE_MS = 1000.0
+MAX_POOL = 10_000_000
+#: Prefix of the environment variables through which ``make`` hands its variables to
+#: ``python -m kvqueue ... --from-env``: values travel verbatim, never through a shell.
+ENV_PREFIX = "KVQUEUE_"
+_TRUE = ("1", "yes", "true", "on")
+_FALSE = ("", "0", "no", "false", "off")
 
 
-class BenchInputError(ValueError):
-    """Bad input to ``make bench``; the message is one line."""
+@dataclass(frozen=True)
+class Spec:
+    """How one parameter is named outside Python and how its text is read.
+
+    Attributes
+    ----------
+    make
+        The Make variable (and, with :data:`ENV_PREFIX`, the environment variable).
+    help
+        One line for ``--help``, ``make help`` and the notebook's ``parameters`` cell.
+    kind
+        ``str``, ``int``, ``float``, ``bool``, ``words`` (space-separated strings) or
+        ``ints`` (space-separated whole numbers).
+    """
+
+    make: str
+    help: str
+    kind: str = "str"
+
+
+def _param(default: Any, make: str, help: str, kind: str = "str") -> Any:
+    return field(default=default, metadata={"spec": Spec(make, help, kind)})
+
+
+def spec_of(f: Any) -> Spec:
+    """The :class:`Spec` of a dataclass field of :class:`BenchParams`."""
+    return f.metadata["spec"]
 
 
 @dataclass(frozen=True)
 class BenchParams:
     """Everything that defines a bench run (recorded in ``run.json``)."""
 
-    host: str
-    python: str
-    variants: tuple[str, ...] = DEFAULT_VARIANTS
-    processes: int = 11
-    confirm_processes: int = 9
-    samples: int = 9
-    sample_ms: float = 20.0
-    pools: tuple[int, ...] = schema.POOLS
-    cases: tuple[str, ...] = schema.CASES
-    confirm_cases: tuple[str, ...] = schema.CONFIRM_CASES
-    cpu: str = "auto"
-    gc: str = "disabled"
-    seed: int = 1
-    gate_ops: int = 60_000
-    quick: bool = False
-    aa: bool = False
-    block_source: str | None = None
+    host: str = _param("", "HOST", "label of this machine: a folder under data/raw (required)")
+    python: str = _param("python3", "PYTHON", "interpreter to measure (CPython 3.10 or newer)")
+    variants: tuple[str, ...] = _param(
+        DEFAULT_VARIANTS, "VARIANTS", "variant sources, baseline first", "words"
+    )
+    processes: int = _param(11, "PROCESSES", "worker processes of the main phase", "int")
+    confirm_processes: int = _param(
+        9, "CONFIRM_PROCESSES", "worker processes of the confirmation phase (0: none)", "int"
+    )
+    samples: int = _param(9, "SAMPLES", "sample rounds per process and (case, pool)", "int")
+    sample_ms: float = _param(20.0, "SAMPLE_MS", "target length of one sample in ms", "float")
+    pools: tuple[int, ...] = _param(schema.POOLS, "POOLS", "pool sizes in blocks", "ints")
+    cases: tuple[str, ...] = _param(schema.CASES, "CASES", "cases of the main phase", "words")
+    confirm_cases: tuple[str, ...] = _param(
+        schema.CONFIRM_CASES, "CONFIRM_CASES", "cases repeated by the confirmation phase", "words"
+    )
+    cpu: str = _param("auto", "CPU", "CPU to pin the workers to, or 'auto' (the last one)")
+    gc: str = _param("disabled", "GC", "garbage collector while timing: disabled | enabled")
+    seed: int = _param(1, "SEED", "run seed (process seeds, shuffles, case sequences)", "int")
+    gate_ops: int = _param(
+        60_000, "GATE_OPS", "random operations per variant in the validation gate", "int"
+    )
+    quick: bool = _param(False, "QUICK", "smoke run: small defaults (2 processes, ...)", "bool")
+    aa: bool = _param(False, "AA", "add an A/A copy of the baseline (the noise floor)", "bool")
+    block_source: str = _param(
+        "", "BLOCK_SOURCE", "source of the shared KVCacheBlock class ('': the baseline's)"
+    )
 
     @property
     def sources(self) -> list[str]:
@@ -58,11 +117,8 @@ class BenchParams:
         return loader.variant_labels(self.sources)
 
     def record(self) -> dict[str, Any]:
-        """JSON-ready copy for ``run.json``."""
-        data = asdict(self)
-        for key in ("variants", "pools", "cases", "confirm_cases"):
-            data[key] = list(data[key])
-        return data
+        """JSON-ready copy for ``run.json`` and the notebook (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 #: What QUICK=1 changes, unless a value was given explicitly: a smoke run in seconds.
@@ -75,36 +131,129 @@ QUICK_OVERRIDES: dict[str, Any] = {
 }
 
 
-def make_params(host: str | None, python: str | None, **given: Any) -> BenchParams:
-    """Build and check :class:`BenchParams`; ``None`` values mean "use the default".
+def bench_fields() -> list[Any]:
+    """The fields of :class:`BenchParams`, in order."""
+    return list(fields(BenchParams))
+
+
+def default_of(f: Any) -> Any:
+    """The default value of a dataclass field."""
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
+# ------------------------------------------------------------------ text -> value
+
+
+def parse_value(name: str, spec: Spec, text: str | bool) -> Any:
+    """Turn the text of one parameter (CLI or environment) into its value.
+
+    Raises
+    ------
+    BenchInputError
+        With a one-line reason naming the parameter.
+    """
+    if spec.kind == "bool":
+        if isinstance(text, bool):
+            return text
+        word = text.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise BenchInputError(f"{name} must be 1 or 0 (yes/no), got {text!r}")
+    assert isinstance(text, str)
+    if spec.kind == "words":
+        return tuple(text.split())
+    if spec.kind == "ints":
+        try:
+            return tuple(int(x) for x in text.split())
+        except ValueError:
+            raise BenchInputError(f"{name} must be whole numbers, got {text!r}") from None
+    if spec.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise BenchInputError(f"{name} must be a whole number, got {text!r}") from None
+    if spec.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise BenchInputError(f"{name} must be a number, got {text!r}") from None
+    return text
+
+
+def from_text(given: Mapping[str, str | bool | None]) -> BenchParams:
+    """Build checked parameters from texts keyed by field name (``None``: not given).
+
+    ``quick`` applies :data:`QUICK_OVERRIDES` to every field that was not given.
+
+    Raises
+    ------
+    BenchInputError
+        On the first bad value.
+    """
+    specs = {f.name: spec_of(f) for f in bench_fields()}
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise BenchInputError(f"unknown parameter(s): {', '.join(unknown)}")
+    values = {k: parse_value(k, specs[k], v) for k, v in given.items() if v is not None}
+    return make_params(**values)
+
+
+def from_environment(environ: Mapping[str, str]) -> BenchParams:
+    """Build checked parameters from ``KVQUEUE_<MAKE VARIABLE>`` environment variables.
+
+    This is how ``make bench`` passes its variables: verbatim, so that no value is ever
+    evaluated by a shell. An empty variable means "the default".
+    """
+    given: dict[str, str | None] = {}
+    for f in bench_fields():
+        text = environ.get(ENV_PREFIX + spec_of(f).make, "")
+        # Boolean flags keep "" as "not given" so QUICK's defaults still apply.
+        given[f.name] = text if text.strip() else None
+    return from_text(given)
+
+
+def make_params(**given: Any) -> BenchParams:
+    """Build and check :class:`BenchParams` from values; missing ones take the default.
 
     Parameters
     ----------
-    host
-        Host label (a folder name under ``data/raw``).
-    python
-        Interpreter to measure.
     **given
-        Any other :class:`BenchParams` field; ``None`` = default (or QUICK default).
+        Any :class:`BenchParams` field (lists become tuples). With ``quick=True``,
+        fields not given take :data:`QUICK_OVERRIDES`.
 
     Raises
     ------
     BenchInputError
         On the first bad value, with a one-line reason.
     """
-    given = {k: v for k, v in given.items() if v is not None}
-    quick = bool(given.get("quick", False))
-    values = {**(QUICK_OVERRIDES if quick else {}), **given}
-    check_host(host)
-    if not python:
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    if values.get("quick"):
+        values = {**QUICK_OVERRIDES, **values}
+    try:
+        params = BenchParams(**values)
+    except TypeError as exc:
+        raise BenchInputError(str(exc)) from None
+    check_values(params)
+    return params
+
+
+# ------------------------------------------------------------------ checks (no processes)
+
+
+def check_values(p: BenchParams) -> None:
+    """Every check that needs no process: host, counts, pools, cases, variant texts.
+
+    Raises
+    ------
+    BenchInputError
+        On the first bad value.
+    """
+    check_host(p.host)
+    if not p.python:
         raise BenchInputError("PYTHON is empty: give the interpreter to measure")
-    for key in ("variants", "pools", "cases", "confirm_cases"):
-        if key in values:
-            values[key] = tuple(values[key])
-    params = BenchParams(host=host or "", python=python, **values)
-    check_counts(params)
-    check_cases(params)
-    return replace(params, python=check_python(params.python))
+    check_counts(p)
+    check_cases(p)
+    check_variant_texts(p)
 
 
 def check_host(host: str | None) -> None:
@@ -113,29 +262,54 @@ def check_host(host: str | None) -> None:
         raise BenchInputError("HOST is missing: give a label for this machine, e.g. HOST=grace")
     if ".." in host or "/" in host or not _HOST_RE.match(host):
         raise BenchInputError(
-            f"HOST '{host}' is not a valid label: use letters, digits, '.', '_' or '-' "
+            f"HOST {host!r} is not a valid label: use letters, digits, '.', '_' or '-' "
             "(no '/', '..' or spaces; at most 64 characters)"
         )
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_counts(p: BenchParams) -> None:
-    """Refuse non-positive counts and pools too small for the cases."""
-    for name in ("processes", "samples", "gate_ops"):
+    """Refuse non-positive or absurd counts, and pools too small for the cases."""
+    for name, top in (("processes", MAX_PROCESSES), ("samples", MAX_SAMPLES)):
         value = getattr(p, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not _whole(value) or value < 1:
             raise BenchInputError(f"{name} must be a positive whole number, got {value!r}")
-    if not isinstance(p.confirm_processes, int) or p.confirm_processes < 0:
+        if value > top:
+            raise BenchInputError(f"{name} must be at most {top}, got {value}")
+    if not _whole(p.gate_ops) or p.gate_ops < 1:
+        raise BenchInputError(f"gate_ops must be a positive whole number, got {p.gate_ops!r}")
+    if not _whole(p.confirm_processes) or p.confirm_processes < 0:
         raise BenchInputError(
             "confirm_processes must be 0 (no confirmation run) or more, "
             f"got {p.confirm_processes!r}"
         )
-    if not isinstance(p.sample_ms, (int, float)) or not p.sample_ms > 0:
+    if p.confirm_processes > MAX_PROCESSES:
+        raise BenchInputError(
+            f"confirm_processes must be at most {MAX_PROCESSES}, got {p.confirm_processes}"
+        )
+    if (
+        isinstance(p.sample_ms, bool)
+        or not isinstance(p.sample_ms, (int, float))
+        or not math.isfinite(p.sample_ms)
+        or not p.sample_ms > 0
+    ):
         raise BenchInputError(f"sample_ms must be a positive number, got {p.sample_ms!r}")
+    if p.sample_ms > MAX_SAMPLE_MS:
+        raise BenchInputError(
+            f"sample_ms must be at most {MAX_SAMPLE_MS:g} (a sample of {p.sample_ms:g} ms "
+            "is a typo, not a protocol)"
+        )
     if not p.pools:
         raise BenchInputError("pools is empty")
     for pool in p.pools:
-        if isinstance(pool, bool) or not isinstance(pool, int) or pool < MIN_POOL:
+        if not _whole(pool) or pool < MIN_POOL:
             raise BenchInputError(f"pool sizes must be whole numbers >= {MIN_POOL}, got {pool!r}")
+        if pool > MAX_POOL:
+            raise BenchInputError(f"pool sizes must be at most {MAX_POOL:,}, got {pool:,}")
+    _no_duplicates("pools", p.pools)
     if p.cpu != "auto":
         if not str(p.cpu).isdigit():
             raise BenchInputError(f"cpu must be 'auto' or a CPU number, got {p.cpu!r}")
@@ -144,12 +318,21 @@ def check_counts(p: BenchParams) -> None:
             raise BenchInputError(f"CPU {p.cpu} is not available here (allowed: {allowed})")
     if p.gc not in ("disabled", "enabled"):
         raise BenchInputError(f"gc must be 'disabled' or 'enabled', got {p.gc!r}")
-    if len(p.variants) < 2:
-        raise BenchInputError("give at least two variants: a baseline and a candidate")
+    if not _whole(p.seed):
+        raise BenchInputError(f"seed must be a whole number, got {p.seed!r}")
+
+
+def _no_duplicates(name: str, values: Iterable[Any]) -> None:
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            # Two equal sample keys would make the run unreadable for the report.
+            raise BenchInputError(f"{name} lists {value} twice")
+        seen.add(value)
 
 
 def check_cases(p: BenchParams) -> None:
-    """Refuse unknown or empty case lists."""
+    """Refuse unknown, repeated or empty case lists."""
     for name in ("cases", "confirm_cases"):
         chosen = getattr(p, name)
         unknown = [c for c in chosen if c not in schema.CASES]
@@ -157,28 +340,73 @@ def check_cases(p: BenchParams) -> None:
             raise BenchInputError(
                 f"unknown case(s) {', '.join(unknown)}: choose from {' '.join(schema.CASES)}"
             )
+        _no_duplicates(name, chosen)
     if not p.cases:
         raise BenchInputError("cases is empty")
 
 
-def check_python(python: str) -> str:
-    """Return the interpreter's path if it exists, runs and is Python >= 3.10.
+def check_variant_texts(p: BenchParams) -> None:
+    """Refuse fewer than two variants, a repeated source and unprintable characters."""
+    if len(p.variants) < 2:
+        raise BenchInputError("give at least two variants: a baseline and a candidate")
+    _no_duplicates("variants", p.variants)
+    for source in (*p.variants, p.block_source):
+        if any(not ch.isprintable() for ch in source):
+            raise BenchInputError(f"variant source {source!r} holds a control character")
 
-    A bare name (``python3``) is looked up on ``PATH`` like a shell would.
+
+# ------------------------------------------------------------------ checks (processes)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Parameters that passed every check, with what the checks learned.
+
+    Attributes
+    ----------
+    params
+        The parameters; ``params.python`` is the resolved path of the interpreter.
+    python
+        The interpreter's identity (:func:`kvqueue.hostinfo.python_info`), probed once.
+    """
+
+    params: BenchParams
+    python: dict[str, Any]
+
+
+def check(p: BenchParams) -> Checked:
+    """Run every check of a bench run once: values, interpreter, variant sources.
+
+    Raises
+    ------
+    BenchInputError
+        On the first problem, before anything is written.
+    """
+    check_values(p)
+    path, info = check_python(p.python)
+    p = replace(p, python=path)
+    check_sources(p)
+    return Checked(p, info)
+
+
+def check_python(python: str) -> tuple[str, dict[str, Any]]:
+    """Return the interpreter's path and identity if it exists, runs and is >= 3.10.
+
+    A bare name (``python3``) is looked up on ``PATH`` like a shell would. The
+    interpreter is started once here; everything later uses the returned identity.
     """
     found = shutil.which(python) if os.sep not in python else python
     if not found or not Path(found).exists():
         raise BenchInputError(f"PYTHON '{python}' does not exist")
-    python = found
     try:
-        info = hostinfo.python_info(python)
+        info = hostinfo.python_info(found)
     except (OSError, ValueError) as exc:
-        raise BenchInputError(f"PYTHON '{python}' does not run: {exc}") from None
+        raise BenchInputError(f"PYTHON '{found}' does not run: {exc}") from None
     if tuple(info["version_info"][:2]) < MIN_PYTHON:
         raise BenchInputError(
-            f"PYTHON '{python}' is {info['version']}; the worker needs Python >= 3.10"
+            f"PYTHON '{found}' is {info['version']}; the worker needs Python >= 3.10"
         )
-    return python
+    return found, info
 
 
 def check_sources(p: BenchParams) -> None:
@@ -191,3 +419,198 @@ def check_sources(p: BenchParams) -> None:
             loader.load_variants([source], block_source=p.block_source or p.variants[0])
         except loader.SourceError as exc:
             raise BenchInputError(f"variant '{source}': {exc}") from None
+
+
+# ------------------------------------------------------------------ the report
+
+
+DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (
+    ("vllm==0.32.0", "vllm==0.31.0"),  # the upstream change
+    ("kvqueue", "vllm==0.32.0"),  # our queue against current upstream
+)
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Analysis settings of ``make report`` (the report notebook's parameters).
+
+    Attributes
+    ----------
+    pairs
+        ``(candidate, baseline)`` label pairs compared wherever a run has both.
+    confidence
+        CI level.
+    resamples
+        Bootstrap resamples (>= 10,000 for the report).
+    seed
+        Seed of every bootstrap call.
+    delta
+        Equivalence band of the verdict (fraction).
+    method
+        scipy bootstrap method.
+    """
+
+    pairs: tuple[tuple[str, str], ...] = field(
+        default=DEFAULT_PAIRS,
+        metadata={"help": "(candidate, baseline) label pairs compared wherever a run has both"},
+    )
+    confidence: float = field(default=0.95, metadata={"help": "confidence level of the CIs"})
+    resamples: int = field(default=10_000, metadata={"help": "bootstrap resamples"})
+    seed: int = field(default=20261129, metadata={"help": "seed of every bootstrap call"})
+    delta: float = field(
+        default=0.01, metadata={"help": "no-change band of the verdict, a fraction (0.01: ±1%)"}
+    )
+    method: str = field(
+        default="percentile", metadata={"help": "scipy.stats.bootstrap method of the CIs"}
+    )
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ReportSettings:
+        """Build settings from JSON-like values (lists become tuples)."""
+        values = dict(values)
+        if "pairs" in values and not values["pairs"]:
+            del values["pairs"]  # [] in the notebook: the default pairs
+        if "pairs" in values:
+            values["pairs"] = tuple((str(c), str(b)) for c, b in values["pairs"])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return JSON-ready values."""
+        out = asdict(self)
+        out["pairs"] = [list(p) for p in self.pairs]
+        return out
+
+    def bootstrap(self) -> dict[str, Any]:
+        """Keyword arguments for the :mod:`kvqueue.stats` bootstrap functions."""
+        return {
+            "confidence": self.confidence,
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "method": self.method,
+        }
+
+
+#: The report notebook's folder parameters (paths relative to the repository root).
+REPORT_PATHS: dict[str, tuple[str, str]] = {
+    "raw_dir": ("data/raw", "raw runs to read (relative paths: to the repository root)"),
+    "processed_dir": ("data/processed", "where the processed tables are (re)built"),
+    "figures_dir": ("reports/figures", "where the figures are written"),
+}
+
+
+# ------------------------------------------------------------------ notebooks
+
+
+#: The bench notebook's parameters that are not :class:`BenchParams` fields.
+BENCH_NOTEBOOK_EXTRA: dict[str, tuple[str, Any, str]] = {
+    "raw_dir": ("str", "data/raw", "root of the raw data (relative: to the repository root)"),
+    "run_id": ("str", "", "run folder name chosen by the CLI ('': a new one)"),
+    "python_info": (
+        "dict",
+        {},
+        "the interpreter's identity as probed by the CLI ({}: check everything here)",
+    ),
+}
+
+_NOTEBOOK_TYPES = {
+    "str": "str",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "words": "list[str]",
+    "ints": "list[int]",
+}
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, tuple):
+        value = [list(v) if isinstance(v, tuple) else v for v in value]
+    if isinstance(value, (str, list, dict)):
+        return json.dumps(value)
+    return repr(value)
+
+
+def _cell_line(name: str, kind: str, default: Any, help_: str) -> str:
+    """One ``name: type = literal  # help`` line that papermill can parse.
+
+    papermill's parser skips any line with more than one ``=``, and the default variants
+    and pairs are version pins (``vllm==0.32.0``): such a default is written as an empty
+    list, which :func:`from_notebook` and :meth:`ReportSettings.from_dict` read as "the
+    default".
+    """
+    assert "=" not in help_, f"papermill cannot parse a help with '=': {help_}"
+    literal = _literal(default)
+    if "=" in literal:
+        literal, help_ = "[]", f"{help_} ([]: the default, see --help)"
+    return f"{name}: {kind} = {literal}  # {help_}"
+
+
+def bench_parameters_cell() -> str:
+    """The source of ``notebooks/bench.ipynb``'s ``parameters`` cell, from the fields.
+
+    One typed literal per line with its help as a comment, the form that
+    ``papermill --help-notebook`` reads.
+    """
+    lines = [
+        "# Parameters (papermill). Generated from kvqueue.params.BenchParams: "
+        "edit there, then `make notebooks`."
+    ]
+    for f in bench_fields():
+        spec = spec_of(f)
+        lines.append(_cell_line(f.name, _NOTEBOOK_TYPES[spec.kind], default_of(f), spec.help))
+    for name, (kind, default, help_) in BENCH_NOTEBOOK_EXTRA.items():
+        lines.append(_cell_line(name, kind, default, help_))
+    return "\n".join(lines)
+
+
+def report_parameters_cell() -> str:
+    """The source of ``notebooks/report.ipynb``'s ``parameters`` cell, from the fields."""
+    lines = [
+        "# Parameters (papermill). Generated from kvqueue.params.ReportSettings and "
+        "REPORT_PATHS: edit there, then `make notebooks`."
+    ]
+    for name, (default, help_) in REPORT_PATHS.items():
+        lines.append(_cell_line(name, "str", default, help_))
+    types = {"pairs": "list[list[str]]", "confidence": "float", "resamples": "int"}
+    types |= {"seed": "int", "delta": "float", "method": "str"}
+    for f in fields(ReportSettings):
+        lines.append(_cell_line(f.name, types[f.name], default_of(f), f.metadata["help"]))
+    return "\n".join(lines)
+
+
+def bench_notebook_parameters(checked: Checked, raw_dir: Path, run_id: str) -> dict[str, Any]:
+    """Values for the bench notebook's ``parameters`` cell: every field, resolved."""
+    return {
+        **checked.params.record(),
+        "raw_dir": str(raw_dir),
+        "run_id": run_id,
+        "python_info": checked.python,
+    }
+
+
+def from_notebook(values: Mapping[str, Any]) -> Checked | BenchParams:
+    """Rebuild the run's parameters from the notebook's ``parameters`` cell.
+
+    Returns :class:`Checked` when the CLI already checked everything (it passes
+    ``python_info``), else unchecked :class:`BenchParams` that the runner checks once.
+    """
+    by_name = {f.name: f for f in bench_fields()}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in by_name}
+    # An empty list stands for a default that papermill cannot parse (see _cell_line).
+    given = {
+        k: v for k, v in given.items() if v != () or "=" not in _literal(default_of(by_name[k]))
+    }
+    info = values.get("python_info") or {}
+    if info:
+        # Checked by the CLI: take the values as they are (QUICK was already applied).
+        return Checked(BenchParams(**given), dict(info))
+    # Opened by hand: a value left at its default counts as not given, so that
+    # quick = True still shrinks the sizes nobody chose.
+    chosen = {k: v for k, v in given.items() if v != default_of(by_name[k])}
+    return make_params(**chosen)
+
+
+def resolve_in_repo(path: str | Path) -> Path:
+    """A notebook path parameter: absolute as given, relative to the repository root."""
+    p = Path(path)
+    return p if p.is_absolute() else hostinfo.PROJECT_DIR / p

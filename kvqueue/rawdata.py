@@ -20,16 +20,13 @@ import pandas as pd
 
 from kvqueue import schema
 
-RUN_JSON = "run.json"
-SAMPLES_CSV = "samples.csv"
+RUN_JSON = schema.RUN_JSON
+SAMPLES_CSV = schema.SAMPLES_CSV
 COMPLETE = "complete"
 
 _INT_COLUMNS = ("process", "pool", "sample", "order_position", "loops", "ops_per_loop", "ns_total")
 _FLOAT_COLUMNS = ("ns_per_cycle",)
 _STR_COLUMNS = ("phase", "case", "variant")
-# ns_per_cycle is written rounded; anything further off than this means a swapped or
-# corrupted column rather than rounding.
-_NS_REL_TOL = 1e-3
 
 
 class RawDataError(ValueError):
@@ -458,7 +455,7 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
             detail = ", ".join(f"{c}={row[c]}" for c in ("phase", "case", "variant"))
             raise RawDataError(path, f"line {lines[i]}: {problem} ({detail})")
     expected = out["ns_total"] / (out["loops"] * out["ops_per_loop"])
-    off = ~np.isclose(out["ns_per_cycle"], expected, rtol=_NS_REL_TOL, atol=0)
+    off = ~np.isclose(out["ns_per_cycle"], expected, rtol=schema.NS_PER_CYCLE_RTOL, atol=0)
     if off.any():
         raise RawDataError(
             path,

@@ -1,6 +1,6 @@
 """``python -m kvqueue report``: processed data, executed notebook, HTML report, writeup.
 
-Steps (DESIGN §6–§7):
+Steps (``docs/design.md``, "The report"):
 
 1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.processed`);
 2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it
@@ -14,12 +14,12 @@ failing notebook names the executed notebook to look at (exit status 1).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
-from kvqueue import figures, processed, rawdata, stats, writeup
+from kvqueue import figures, params, processed, rawdata, writeup
+from kvqueue.params import ReportSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -32,36 +32,6 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m kvqueue report",
-        description="Build data/processed and render the HTML report and the PR writeup.",
-    )
-    p.add_argument("--raw-dir", type=Path, default=Path("data/raw"))
-    p.add_argument("--processed-dir", type=Path, default=Path("data/processed"))
-    p.add_argument("--out", type=Path, default=Path("reports"), help="report folder")
-    p.add_argument("--notebook", type=Path, default=NOTEBOOK, help="report notebook to run")
-    p.add_argument(
-        "--pair",
-        nargs=2,
-        action="append",
-        metavar=("CANDIDATE", "BASELINE"),
-        help="variant labels to compare (repeatable; default: "
-        + "; ".join(f"{c} vs {b}" for c, b in processed.DEFAULT_PAIRS)
-        + ")",
-    )
-    p.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE)
-    p.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES)
-    p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap seed")
-    p.add_argument(
-        "--delta",
-        type=float,
-        default=stats.DEFAULT_DELTA,
-        help="no-change band of the verdict, as a fraction (default %(default)s = ±1%%)",
-    )
-    return p
 
 
 def execute_notebook(
@@ -129,29 +99,32 @@ def render_html(executed: Path, html_path: Path) -> Path:
     return html_path
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m kvqueue report``.
+def report(
+    raw_dir: Path,
+    processed_dir: Path,
+    out: Path,
+    settings: ReportSettings,
+    notebook: Path | None = None,
+) -> int:
+    """``python -m kvqueue report``: processed tables, executed notebook, HTML, writeup.
 
     Parameters
     ----------
-    argv
-        Arguments after ``report``.
+    raw_dir, processed_dir, out
+        Raw-data root, processed-table folder, report folder.
+    settings
+        Analysis settings.
+    notebook
+        Report notebook to run (default: ``notebooks/report.ipynb``).
 
     Returns
     -------
     int
         0 on success, 1 if the notebook failed, 2 on malformed or missing raw data.
     """
-    args = _parser().parse_args(argv)
-    settings = processed.Settings(
-        pairs=tuple(tuple(p) for p in args.pair) if args.pair else processed.DEFAULT_PAIRS,  # type: ignore[misc]
-        confidence=args.confidence,
-        resamples=args.resamples,
-        seed=args.seed,
-        delta=args.delta,
-    )
+    notebook = notebook or NOTEBOOK
     raw_dir, processed_dir, out = (
-        p.resolve() for p in (args.raw_dir, args.processed_dir, args.out)
+        params.resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
     )
     try:
         data = processed.build(raw_dir, processed_dir, settings)
@@ -179,19 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         "raw_dir": str(raw_dir),
         "processed_dir": str(processed_dir),
         "figures_dir": str(figures_dir),
-        "pairs": [list(p) for p in settings.pairs],
-        "confidence": settings.confidence,
-        "resamples": settings.resamples,
-        "seed": settings.seed,
-        "delta": settings.delta,
+        **settings.to_dict(),
     }
     try:
-        execute_notebook(args.notebook.resolve(), executed, parameters)
+        execute_notebook(notebook.resolve(), executed, parameters)
     except Exception as exc:  # papermill wraps kernel errors; show one line, keep the file
         first = str(exc).strip().splitlines()
         reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
         print(
-            f"kvqueue report: {args.notebook} failed: {reason[:300]} (executed copy: {executed})",
+            f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
             file=sys.stderr,
         )
         return 1
@@ -200,7 +169,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {html_path}")
     print(f"writeup: {md_path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,10 @@
 """Run the timing protocol on one host and write ``data/raw/<host>/<run-id>/``.
 
-Order of work (DESIGN §4, §6):
+The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook_run``
+-> ``bench.ipynb`` -> here -> ``worker``); see ``docs/design.md``. Order of work:
 
-1. check every parameter and resolve every variant source — bad input writes nothing;
+1. take :class:`kvqueue.params.Checked` parameters (checked once, by the CLI; a bare
+   :class:`~kvqueue.params.BenchParams` is checked here) — bad input writes nothing;
 2. run the validation gate under the interpreter being MEASURED — a refused variant
    writes nothing;
 3. create the run folder (never reusing one) and ``run.json`` with status ``running``;
@@ -14,50 +16,30 @@ Order of work (DESIGN §4, §6):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import csv
 import datetime as dt
+import io
 import json
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from kvqueue import hostinfo, schema, validate
-from kvqueue.params import (
-    DEFAULT_VARIANTS,
-    BenchInputError,
-    BenchParams,
-    check_sources,
-    make_params,
-)
+from kvqueue.errors import BenchError, GateRefused
+from kvqueue.params import BenchParams, Checked, check
 
 RAW_DIR = hostinfo.PROJECT_DIR / "data" / "raw"
 
 
-class GateRefused(RuntimeError):
-    """The validation gate refused a variant; the message holds the gate's report."""
-
-
-class BenchError(RuntimeError):
-    """A worker process failed; the run folder is marked ``failed``."""
-
-
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def new_run_id(python_tag: str) -> str:
-    """Return a fresh run id: UTC time, interpreter tag (``cp312``) and a random suffix."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    tag = python_tag.replace("cpython-", "cp")
-    return f"{stamp}-{tag}-{secrets.token_hex(2)}"
 
 
 def _worker_env() -> dict[str, str]:
@@ -165,10 +147,12 @@ class RunWriter:
         if status:
             self.record["status"] = status
         # samples first: run.json must never count a process whose samples are not on disk.
-        lines = [",".join(schema.SAMPLE_COLUMNS)]
-        lines += [",".join(_fmt(v) for v in row) for row in self.rows]
-        write_atomic(self.dir / "samples.csv", "\n".join(lines) + "\n")
-        write_atomic(self.dir / "run.json", json.dumps(self.record, indent=2) + "\n")
+        buf = io.StringIO()
+        out = csv.writer(buf, lineterminator="\n")
+        out.writerow(schema.SAMPLE_COLUMNS)
+        out.writerows([_cell(v) for v in row] for row in self.rows)
+        write_atomic(self.dir / schema.SAMPLES_CSV, buf.getvalue())
+        write_atomic(self.dir / schema.RUN_JSON, json.dumps(self.record, indent=2) + "\n")
 
 
 @contextlib.contextmanager
@@ -184,12 +168,10 @@ def _sigint_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    text = str(value)
-    # Labels are source strings: quote them if they could break the CSV.
-    return f'"{text}"' if any(c in text for c in ',"\n') else text
+def _cell(value: Any) -> Any:
+    # Floats in the schema's one format; the csv module quotes labels (source strings)
+    # that hold a comma or a quote.
+    return schema.format_sample_float(value) if isinstance(value, float) else value
 
 
 def _eta(done: int, total: int, elapsed: float) -> str:
@@ -199,13 +181,16 @@ def _eta(done: int, total: int, elapsed: float) -> str:
     return f"{int(left // 60)}m{int(left % 60):02d}s"
 
 
-def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None = None) -> Path:
+def run_bench(
+    params: Checked | BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None = None
+) -> Path:
     """Run the whole protocol for one interpreter and return the run folder.
 
     Parameters
     ----------
     params
-        Checked parameters (see :func:`kvqueue.params.make_params`).
+        Parameters checked by :func:`kvqueue.params.check`; bare
+        :class:`~kvqueue.params.BenchParams` are checked here (once).
     raw_dir
         Root of the raw data (``data/raw``).
     run_id
@@ -220,11 +205,11 @@ def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None =
     KeyboardInterrupt
         After marking the run folder ``interrupted``.
     """
-    check_sources(params)
-    py = hostinfo.python_info(params.python)
+    checked = params if isinstance(params, Checked) else check(params)
+    params, py = checked.params, checked.python
     gate = run_gate(params)
     machine = hostinfo.machine_info()
-    run_id = run_id or new_run_id(py["tag"])
+    run_id = run_id or schema.new_run_id(py["tag"])
     labels = params.labels
     plan = _process_plan(params)
     record: dict[str, Any] = {
@@ -258,7 +243,7 @@ def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None =
         "processes_completed": {"main": 0, "confirm": 0},
         "process_info": [],
     }
-    writer = RunWriter(raw_dir / params.host / run_id, record)
+    writer = RunWriter(schema.run_path(raw_dir, params.host, run_id), record)
     expected = {g["label"]: g["sha256"] for g in gate}
     start = time.monotonic()
     print(
@@ -271,7 +256,7 @@ def run_bench(params: BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None =
             spec = {
                 "sources": params.sources,
                 "labels": labels,
-                "block_source": params.block_source,
+                "block_source": params.block_source or None,
                 "expected_sha256": expected,
                 "cases": phase_cases(params, phase),
                 "pools": list(params.pools),
@@ -332,97 +317,6 @@ def _run_worker(python: str, spec: dict[str, Any]) -> dict[str, Any]:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BenchError(f"worker exited with {proc.returncode}: {tail}")
     return json.loads(proc.stdout)
-
-
-# ------------------------------------------------------------------------ CLI
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Argument errors become one-line BenchInputErrors (``make bench: ...``)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise BenchInputError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m kvqueue bench`` argument parser (the Makefile maps its variables)."""
-    p = _OneLineParser(
-        prog="python -m kvqueue bench", description="Collect one run of the timing protocol."
-    )
-    p.add_argument("--host", help="label of this machine (folder under data/raw)")
-    p.add_argument("--python", default=sys.executable, help="interpreter to measure")
-    p.add_argument(
-        "--variants",
-        help=f"space-separated sources, baseline first (default: {' '.join(DEFAULT_VARIANTS)})",
-    )
-    p.add_argument("--processes", type=int)
-    p.add_argument("--confirm-processes", type=int)
-    p.add_argument("--samples", type=int)
-    p.add_argument("--sample-ms", type=float)
-    p.add_argument("--pools", help="space-separated pool sizes (default: 2048 100000)")
-    p.add_argument("--cases", help=f"space-separated cases (default: {' '.join(schema.CASES)})")
-    p.add_argument("--cpu", help="CPU to pin to, or 'auto'")
-    p.add_argument("--gc", choices=["disabled", "enabled"])
-    p.add_argument("--seed", type=int)
-    p.add_argument("--quick", action="store_true", help="a fast smoke run")
-    p.add_argument("--aa", action="store_true", help="add an A/A copy of the baseline")
-    p.add_argument("--raw-dir", type=Path, default=RAW_DIR)
-    p.add_argument(
-        "--no-notebook",
-        action="store_true",
-        help="run directly instead of through notebooks/bench.ipynb",
-    )
-    return p
-
-
-def params_from_args(args: argparse.Namespace) -> BenchParams:
-    """Turn parsed CLI arguments into checked parameters (raises BenchInputError)."""
-
-    def words(text: str | None) -> list[str] | None:
-        return text.split() if text is not None else None
-
-    pools = words(args.pools)
-    try:
-        pool_sizes = [int(x) for x in pools] if pools is not None else None
-    except ValueError:
-        raise BenchInputError(f"pools must be whole numbers, got '{args.pools}'") from None
-    return make_params(
-        args.host,
-        args.python,
-        variants=words(args.variants),
-        processes=args.processes,
-        confirm_processes=args.confirm_processes,
-        samples=args.samples,
-        sample_ms=args.sample_ms,
-        pools=pool_sizes,
-        cases=words(args.cases),
-        cpu=args.cpu,
-        gc=args.gc,
-        seed=args.seed,
-        quick=args.quick or None,
-        aa=args.aa or None,
-    )
-
-
-def main(argv: list[str]) -> int:
-    """``python -m kvqueue bench``: check input, then run via the bench notebook."""
-    try:
-        args = build_parser().parse_args(argv)
-        args.raw_dir = args.raw_dir.resolve()
-        params = params_from_args(args)
-        check_sources(params)  # fetch releases now: a bad source is a one-line error
-        if args.no_notebook:
-            run_bench(params, args.raw_dir)
-        else:
-            from kvqueue.notebook_run import run_bench_notebook
-
-            run_bench_notebook(params, args.raw_dir)
-    except (BenchInputError, GateRefused, BenchError) as exc:
-        print(f"make bench: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, BenchInputError) else 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
 
 
 def summarize(run_dir: Path) -> Any:

@@ -1,6 +1,7 @@
-"""The raw-data format (DESIGN §6), shared by the writer (runner) and the readers.
+"""Every on-disk format of the project, shared by its writers and its readers.
 
-``data/raw/<host>/<run-id>/`` holds, write-once:
+See ``docs/design.md`` ("Data layout"). Raw data: ``data/raw/<host>/<run-id>/`` holds,
+write-once:
 
 ``run.json``
     One JSON object; keys listed in :data:`RUN_KEYS`. ``status`` is ``"complete"`` only
@@ -21,12 +22,24 @@
 ``bench.ipynb``
     The executed bench notebook (papermill record).
 
-Standard library only.
+Processed data: ``data/processed/<table>.csv`` with the columns and dtypes of
+:data:`PROCESSED_TABLES`, floats written with :data:`PROCESSED_FLOAT_FORMAT`.
+
+Standard library only (the runner and the worker import it under a bare interpreter).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import secrets
+from pathlib import Path
+
 SCHEMA_VERSION = 1
+
+RUN_JSON = "run.json"
+SAMPLES_CSV = "samples.csv"
+BENCH_NOTEBOOK = "bench.ipynb"
 
 SAMPLE_COLUMNS = (
     "process",
@@ -65,3 +78,218 @@ CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")
 CONFIRM_CASES = ("alloc1", "alloc2", "remove")
 POOLS = (2048, 100_000)
 PHASES = ("main", "confirm")
+
+
+# ------------------------------------------------------------------ run folders
+
+
+def new_run_id(python_tag: str) -> str:
+    """Return a fresh run id: UTC time, interpreter tag (``cp312``) and a random suffix.
+
+    Parameters
+    ----------
+    python_tag
+        ``sys.implementation.cache_tag`` of the measured interpreter (``cpython-312``).
+
+    Returns
+    -------
+    str
+        E.g. ``20261201T093000Z-cp312-1a2b``: sorts by time, names the interpreter.
+    """
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    tag = python_tag.replace("cpython-", "cp")
+    return f"{stamp}-{tag}-{secrets.token_hex(2)}"
+
+
+def run_path(raw_dir: Path | str, host: str, run_id: str) -> Path:
+    """The folder of one run: ``<raw_dir>/<host>/<run_id>``."""
+    return Path(raw_dir) / host / run_id
+
+
+# ------------------------------------------------------------------ samples.csv floats
+
+#: Decimals of every float in ``samples.csv`` (only ``ns_per_cycle``): a thousandth of a
+#: nanosecond is far below the noise (about 1 % of ~100 ns), and a fixed format keeps the
+#: files small and diffable.
+SAMPLE_FLOAT_DECIMALS = 3
+#: Largest error that writing with :data:`SAMPLE_FLOAT_DECIMALS` can introduce: half a
+#: unit of the last decimal, plus float error (124.1125 is written ``124.112``).
+SAMPLE_FLOAT_ABS_ERROR = 0.5 * 10.0**-SAMPLE_FLOAT_DECIMALS + 1e-9
+#: Relative tolerance of the reader's ``ns_per_cycle == ns_total / (loops *
+#: ops_per_loop)`` check. Far above the rounding error (5e-4 ns on >= 10 ns cycles is
+#: < 5e-5 relative), so it only catches a swapped or corrupted column.
+NS_PER_CYCLE_RTOL = 1e-3
+
+
+def format_sample_float(value: float) -> str:
+    """Write one ``samples.csv`` float (see :data:`SAMPLE_FLOAT_DECIMALS`)."""
+    if not math.isfinite(value):
+        raise ValueError(f"samples.csv takes finite numbers only, got {value!r}")
+    return f"{value:.{SAMPLE_FLOAT_DECIMALS}f}"
+
+
+# ------------------------------------------------------------------ ordering
+
+
+def case_rank(case: str) -> int:
+    """Position of ``case`` in :data:`CASES` (unknown cases sort after all known ones)."""
+    try:
+        return CASES.index(case)
+    except ValueError:
+        return len(CASES)
+
+
+def case_key(case: str) -> tuple[int, str]:
+    """Sort key: schema order first, then the name (stable for unknown cases)."""
+    return (case_rank(case), case)
+
+
+# ------------------------------------------------------------------ processed tables
+
+#: pandas dtypes used by :data:`PROCESSED_TABLES` (strings, so pandas is not imported).
+STRING, INT, FLOAT, BOOL = "string", "Int64", "float64", "boolean"
+#: Enough digits to re-derive every statistic; one fixed format keeps the files stable.
+PROCESSED_FLOAT_FORMAT = "%.9g"
+#: A *cell*: the context of one comparison.
+CELL = ("host", "interpreter", "run_id", "phase", "case", "pool")
+#: A *comparison*: candidate vs baseline; ``kind`` is ``"pair"`` or ``"aa"``.
+COMPARISON = ("candidate", "baseline", "kind")
+_CELL_SPEC = {
+    "host": STRING,
+    "interpreter": STRING,
+    "run_id": STRING,
+    "phase": STRING,
+    "case": STRING,
+    "pool": INT,
+}
+_CMP_SPEC = {"candidate": STRING, "baseline": STRING, "kind": STRING}
+_S, _I, _F, _B = STRING, INT, FLOAT, BOOL
+#: Column order and dtype of every processed table (``data/processed/<name>.csv``).
+PROCESSED_TABLES: dict[str, dict[str, str]] = {
+    "runs": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "status": _S,
+        "included": _B,
+        "headline": _B,
+        "note": _S,
+        "started_at": _S,
+        "ended_at": _S,
+        "python_implementation": _S,
+        "python_version": _S,
+        "python_tag": _S,
+        "python_build": _S,
+        "python_compiler": _S,
+        "python_executable": _S,
+        "hostname": _S,
+        "cpu_model": _S,
+        "cpu_count": _I,
+        "kernel": _S,
+        "platform": _S,
+        "governor": _S,
+        "load_avg_start": _S,
+        "load_avg_end": _S,
+        "baseline": _S,
+        "block_source": _S,
+        "processes": _I,
+        "confirm_processes": _I,
+        "samples": _I,
+        "sample_ms": _F,
+        "warmup_ms": _F,
+        "pools": _S,
+        "cases": _S,
+        "confirm_cases": _S,
+        "cpu": _S,
+        "gc": _S,
+        "run_seed": _S,
+        "quick": _B,
+        "aa": _B,
+        "processes_planned_main": _I,
+        "processes_planned_confirm": _I,
+        "processes_completed_main": _I,
+        "processes_completed_confirm": _I,
+        "pinned_processes": _I,
+        "gates_passed": _I,
+        "commit": _S,
+        "dirty": _B,
+        "n_samples": _I,
+    },
+    "variants": {
+        "host": _S,
+        "run_id": _S,
+        "position": _I,
+        "label": _S,
+        "source": _S,
+        "class_name": _S,
+        "vllm_version": _S,
+        "class_sha256": _S,
+        "file_sha256": _S,
+        "block_source": _S,
+        "block_class_sha256": _S,
+        "is_bound": _B,
+        "gate_ok": _B,
+        "gate_ops_checked": _I,
+        "gate_invalid_compared": _I,
+    },
+    "process_medians": {
+        **_CELL_SPEC,
+        "variant": _S,
+        "process": _I,
+        "n_samples": _I,
+        "median_ns": _F,
+        "mean_ns": _F,
+        "cv": _F,
+    },
+    "ratios": {
+        **_CELL_SPEC,
+        **_CMP_SPEC,
+        "process": _I,
+        "baseline_ns": _F,
+        "candidate_ns": _F,
+        "ratio": _F,
+    },
+    "summary": {
+        **_CELL_SPEC,
+        **_CMP_SPEC,
+        "headline": _B,
+        "n_processes": _I,
+        "baseline_ns": _F,
+        "candidate_ns": _F,
+        "reduction": _F,
+        "ci_low": _F,
+        "ci_high": _F,
+        "ci_method": _S,
+        "share_faster": _F,
+        "cv_baseline": _F,
+        "cv_candidate": _F,
+        "verdict": _S,
+        "aa_half_width": _F,
+    },
+    "order_effects": {
+        **_CELL_SPEC,
+        "headline": _B,
+        "n_processes": _I,
+        "positions": _I,
+        "effect": _F,
+        "ci_low": _F,
+        "ci_high": _F,
+        "headline_half_width": _F,
+        "warn": _B,
+    },
+    "floor_gap": {
+        **_CELL_SPEC,
+        "candidate": _S,
+        "baseline": _S,
+        "bound": _S,
+        "headline": _B,
+        "n_processes": _I,
+        "candidate_reduction": _F,
+        "bound_reduction": _F,
+        "bound_ci_low": _F,
+        "bound_ci_high": _F,
+        "gap_closed": _F,
+        "ci_low": _F,
+        "ci_high": _F,
+    },
+}

@@ -33,11 +33,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-CI_METHOD = "percentile"
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_SEED = 20261129
-DEFAULT_DELTA = 0.01
+from kvqueue.params import ReportSettings
+
+# The defaults live in kvqueue.params.ReportSettings (the report's one parameter source).
+_DEFAULTS = ReportSettings()
+CI_METHOD = _DEFAULTS.method
+DEFAULT_CONFIDENCE = _DEFAULTS.confidence
+DEFAULT_RESAMPLES = _DEFAULTS.resamples
+DEFAULT_SEED = _DEFAULTS.seed
+DEFAULT_DELTA = _DEFAULTS.delta
 #: Fewest processes for which a CI is reported. A percentile-bootstrap interval for a
 #: median lies within [min, max] of the n values, and the true median falls outside that
 #: range with probability 2 / 2**n: below 6 processes (5: 6.25 %) no such interval can

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from kvqueue import processed, schema, stats
+from kvqueue import analysis, cases, processed, schema, stats
 
 #: The cases of the three headline tables.
 HEADLINE_CASES = ("alloc1", "alloc2", "mix")
@@ -33,8 +33,8 @@ CASE_CYCLES = {
     "alloc8": "one cycle = `blocks = q.popleft_n(8); q.append_n(blocks)`",
     "alloc32": "one cycle = `blocks = q.popleft_n(32); q.append_n(blocks)`",
     "mix": (
-        "a fixed shuffled sequence of 100 allocations (90×1, 5×2, 4×8, 1×32), each freed "
-        "again; times are ns per allocation/free"
+        f"a fixed shuffled sequence of {len(cases.MIX_SIZES)} allocations "
+        f"({cases.mix_composition()}), each freed again; times are ns per allocation/free"
     ),
     "popappend": "one cycle = `q.append(q.popleft())`",
     "remove": "one cycle = `q.remove(b); q.append(b)` for a cached block from the interior",
@@ -118,8 +118,7 @@ def _pair_rank(df: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd.Series:
 
 
 def _case_rank(cases: pd.Series) -> pd.Series:
-    order = {c: i for i, c in enumerate(schema.CASES)}
-    return cases.map(lambda c: order.get(c, len(order)))
+    return cases.map(schema.case_rank)
 
 
 def _na(value: object) -> bool:
@@ -136,7 +135,7 @@ def results_table(
     *,
     phase: str = "main",
     headline_only: bool = True,
-    kind: str = processed.PAIR,
+    kind: str = analysis.PAIR,
 ) -> pd.DataFrame:
     """Comparison results, one row per host x interpreter x pool x comparison (x case).
 
@@ -168,7 +167,7 @@ def results_table(
         _pair=_pair_rank(sel, data.settings.pairs), _case=_case_rank(sel["case"])
     ).sort_values(["_pair", "candidate", "baseline", "_case", "host", "interpreter", "pool"])
     ci = ci_header(data.settings.confidence)
-    show_aa = kind == processed.PAIR and sel["aa_half_width"].notna().any()
+    show_aa = kind == analysis.PAIR and sel["aa_half_width"].notna().any()
     rows = []
     for r in sel.itertuples(index=False):
         row = {}
@@ -211,7 +210,7 @@ def aa_table(data: processed.Processed, *, headline_only: bool = True) -> pd.Dat
         Host, Python, Phase, Case, Pool, A/A pair, Difference, CI, Half-width,
         CI contains 0.
     """
-    s = data.summary[data.summary["kind"] == processed.AA]
+    s = data.summary[data.summary["kind"] == analysis.AA]
     if headline_only:
         s = s[s["headline"].fillna(False)]
     s = s.assign(_case=_case_rank(s["case"])).sort_values(
@@ -243,7 +242,7 @@ def aa_table(data: processed.Processed, *, headline_only: bool = True) -> pd.Dat
 def aa_summary(data: processed.Processed) -> str:
     """One sentence: how many A/A CIs exclude 0, against the number expected by chance."""
     s = data.summary
-    s = s[(s["kind"] == processed.AA) & s["headline"].fillna(False)]
+    s = s[(s["kind"] == analysis.AA) & s["headline"].fillna(False)]
     s = s[s["ci_low"].notna() & s["ci_high"].notna()]
     if s.empty:
         return ""
@@ -559,7 +558,7 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
             role = "baseline"
         elif not _na(r.is_bound) and bool(r.is_bound):
             role = "bound (not a candidate)"
-        elif processed.aa_original(r.label) is not None:
+        elif analysis.aa_original(r.label) is not None:
             role = f"A/A copy of {r.source}"
         else:
             role = "candidate"
@@ -696,8 +695,7 @@ def present_cases(data: processed.Processed, phase: str) -> list[str]:
     """Cases with comparison rows in the headline runs for ``phase``, in schema order."""
     s = data.summary
     s = s[(s["phase"] == phase) & s["headline"].fillna(False)]
-    rank = {c: i for i, c in enumerate(schema.CASES)}
-    return sorted(s["case"].unique(), key=lambda c: (rank.get(c, 99), c))
+    return sorted(s["case"].unique(), key=schema.case_key)
 
 
 def runs_note(data: processed.Processed) -> str:

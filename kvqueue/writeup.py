@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvqueue import processed, stats, tables
+from kvqueue import analysis, processed, stats, tables
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
 
@@ -169,7 +169,7 @@ def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str],
     sources = [
         r.source
         for r in v.itertuples(index=False)
-        if not (aa and processed.aa_original(r.label) is not None)
+        if not (aa and analysis.aa_original(r.label) is not None)
     ]
     return sources, aa
 
@@ -240,7 +240,7 @@ def claims(data: processed.Processed, case: str = "alloc1") -> list[str]:
     s = data.summary
     rows = s[
         (s["phase"] == "main")
-        & (s["kind"] == processed.PAIR)
+        & (s["kind"] == analysis.PAIR)
         & (s["case"] == case)
         & s["headline"].fillna(False)
     ]

@@ -33,7 +33,8 @@ from benchutil import (
     tree,
 )
 
-from kvqueue import loader, runner, schema, validate
+from kvqueue import __main__ as cli
+from kvqueue import loader, schema, validate
 
 # ------------------------------------------------------------------ bad input
 
@@ -100,10 +101,10 @@ def assert_refused(proc: subprocess.CompletedProcess, code: int, words: str) -> 
     ("changes", "words"), [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS]
 )
 def test_bad_input_refused_with_one_line_and_nothing_written(tmp_path, capsys, changes, words):
-    """In-process through ``runner.main`` (the ``bench`` command) to stay fast."""
+    """In-process through ``kvqueue.__main__.main`` (the ``bench`` command) to stay fast."""
     raw = tmp_path / "raw"
     args = with_args(("--host", "smoke", "--raw-dir", str(raw), *TINY_ARGS), changes)
-    code = runner.main(args)
+    code = cli.main(["bench", *args])
     out, err = capsys.readouterr()
     assert_refused(subprocess.CompletedProcess(args, code, out, err), 2, words)
     assert not raw.exists()
@@ -523,8 +524,6 @@ def test_make_bench_refuses_bad_input(tmp_path, variables, words):
 
 
 def test_run_ids_are_distinct_and_well_formed():
-    from kvqueue.runner import new_run_id
-
-    ids = {new_run_id("cpython-312") for _ in range(50)}
+    ids = {schema.new_run_id("cpython-312") for _ in range(50)}
     assert len(ids) > 1
     assert all(re.fullmatch(r"\d{8}T\d{6}Z-cp312-[0-9a-f]{4}", i) for i in ids)

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from synthetic import write_fixture, write_run
 
-from kvqueue import processed, rawdata, render, tables, writeup
+from kvqueue import __main__ as cli
+from kvqueue import analysis, params, processed, rawdata, tables, writeup
 
-FAST = processed.Settings(resamples=2000)
+FAST = params.ReportSettings(resamples=2000)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_ensure_reuses_then_rebuilds_on_change(fixture_raw: Path, tmp_path: Path
     stamp = (out / "summary.csv").stat().st_mtime_ns
     processed.ensure(raw, out, FAST)
     assert (out / "summary.csv").stat().st_mtime_ns == stamp  # reused
-    data = processed.ensure(raw, out, processed.Settings(resamples=2000, delta=0.02))
+    data = processed.ensure(raw, out, params.ReportSettings(resamples=2000, delta=0.02))
     assert data.settings.delta == 0.02
     assert json.loads((out / processed.MANIFEST).read_text())["settings"]["delta"] == 0.02
 
@@ -138,9 +139,9 @@ def test_order_effect_warning(tmp_path: Path) -> None:
 
 
 def test_comparisons_for_run() -> None:
-    pairs = processed.DEFAULT_PAIRS
+    pairs = params.DEFAULT_PAIRS
     labels = ["vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor", "vllm==0.32.0#2"]
-    got = processed.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
+    got = analysis.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
     assert got == [
         ("vllm==0.32.0", "vllm==0.31.0", "pair"),
         ("kvqueue", "vllm==0.32.0", "pair"),
@@ -148,11 +149,11 @@ def test_comparisons_for_run() -> None:
     ]
     # No configured pair present: every candidate (not bounds, not A/A copies) vs baseline.
     other = ["a.py", "b.py", "kvqueue:floor", "a.py#2"]
-    got = processed.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
+    got = analysis.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
     assert got == [("b.py", "a.py", "pair"), ("a.py#2", "a.py", "aa")]
-    assert processed.aa_original("x#2") == "x"
-    assert processed.aa_original("x#1") is None
-    assert processed.aa_original("git:repo@abc#def") is None
+    assert analysis.aa_original("x#2") == "x"
+    assert analysis.aa_original("x#1") is None
+    assert analysis.aa_original("git:repo@abc#def") is None
 
 
 def test_runs_without_configured_pairs_are_still_compared(tmp_path: Path) -> None:
@@ -278,8 +279,9 @@ def test_cli_malformed_file_one_line_nonzero(
 ) -> None:
     run = _tiny_run(tmp_path / "raw")
     (run / "run.json").write_text("{not json")
-    code = render.main(
+    code = cli.main(
         [
+            "report",
             "--raw-dir",
             str(tmp_path / "raw"),
             "--processed-dir",
@@ -296,7 +298,7 @@ def test_cli_malformed_file_one_line_nonzero(
 def test_cli_no_complete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_run(tmp_path / "raw", status="failed", write_samples=False, cases=("alloc1",))
     args = ["--raw-dir", str(tmp_path / "raw"), "--processed-dir", str(tmp_path / "p")]
-    code = render.main([*args, "--out", str(tmp_path / "r")])
+    code = cli.main(["report", *args, "--out", str(tmp_path / "r")])
     assert code == 2
     assert "no complete run" in capsys.readouterr().err
 
@@ -320,7 +322,7 @@ def test_tables_from_a_real_quick_harness_run(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    settings = processed.Settings(pairs=(("kvqueue:floor", "kvqueue"),), resamples=2000)
+    settings = params.ReportSettings(pairs=(("kvqueue:floor", "kvqueue"),), resamples=2000)
     data = processed.build(raw, tmp_path / "p", settings)
     assert data.runs["included"].all()
     assert set(data.summary["kind"]) == {"pair", "aa"}

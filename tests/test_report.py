@@ -20,13 +20,15 @@ import nbformat
 import pytest
 from synthetic import write_fixture
 
-from kvqueue import render, tables
+from kvqueue import __main__ as cli
+from kvqueue import tables
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "report.ipynb"
 PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} | {
     "resamples",
     "seed",
     "delta",
+    "method",
 }
 HEADINGS = [tables.CASE_TITLES[c] for c in tables.HEADLINE_CASES]
 
@@ -41,12 +43,16 @@ def test_committed_notebook_is_thin_and_has_no_outputs() -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
-    # The parameters cell: assignments of literals only.
+    # The parameters cell: typed assignments of literals only, each with a # help.
     names = set()
+    lines = tagged[0].source.splitlines()
     for stmt in ast.parse(tagged[0].source).body:
-        assert isinstance(stmt, ast.Assign), ast.dump(stmt)
+        assert isinstance(stmt, ast.AnnAssign), ast.dump(stmt)
+        assert stmt.value is not None
         ast.literal_eval(stmt.value)  # raises on anything but a literal
-        names.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+        assert isinstance(stmt.target, ast.Name)
+        names.add(stmt.target.id)
+        assert "  # " in lines[stmt.lineno - 1], f"no help for {stmt.target.id}"
     assert names == PARAMETERS
     for cell in code:
         assert cell.outputs == [] and cell.execution_count is None
@@ -64,8 +70,9 @@ def test_committed_notebook_is_thin_and_has_no_outputs() -> None:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("report")
     write_fixture(root / "raw", tiny=True)
-    code = render.main(
+    code = cli.main(
         [
+            "report",
             "--raw-dir",
             str(root / "raw"),
             "--processed-dir",

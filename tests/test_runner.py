@@ -48,7 +48,7 @@ def tiny_params(**changes) -> kvparams.BenchParams:
         "gate_ops": GATE_OPS,
     }
     values.update(changes)
-    return kvparams.make_params(HOST, sys.executable, **values)
+    return kvparams.make_params(host=HOST, python=sys.executable, **values)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,438 @@
+"""Compute the processed tables from checked raw runs: pure computation, no I/O.
+
+:func:`analyze` turns :class:`kvqueue.rawdata.RawData` into one DataFrame per table of
+:data:`kvqueue.schema.PROCESSED_TABLES` (columns and dtypes fixed there); storing and
+caching them is :mod:`kvqueue.processed`'s job. Tables (one row per ...):
+
+``runs``
+    run found, complete or not; ``headline`` marks the newest complete run per
+    host x interpreter (the one the headline tables show).
+``variants``
+    variant of a run, with provenance (source, sha256s, gate result).
+``process_medians``
+    (cell, variant, process): median, mean and CV of its samples.
+``ratios``
+    (cell, comparison, process): the paired per-process ratio.
+``summary``
+    (cell, comparison): headline statistics, CI, verdict, A/A half-width.
+``order_effects``
+    cell: the order-position effect with its CI and a warning flag.
+``floor_gap``
+    (cell, comparison, bound): share of the gap to the lower bound that is closed.
+
+A *cell* is :data:`kvqueue.schema.CELL`; a *comparison* is ``candidate`` vs ``baseline``
+with ``kind`` ``"pair"`` or ``"aa"`` (an A/A duplicate ``X#2`` vs ``X``: the noise floor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvqueue import rawdata, schema, stats
+from kvqueue.params import ReportSettings
+
+CELL = schema.CELL
+COMPARISON = schema.COMPARISON
+PAIR = "pair"
+AA = "aa"
+_S, _F = schema.STRING, schema.FLOAT
+
+# ---------------------------------------------------------------------------------------
+# comparisons
+
+
+def comparisons_for_run(
+    labels: Sequence[str],
+    baseline: str,
+    bound_labels: Iterable[str],
+    pairs: Sequence[tuple[str, str]],
+) -> list[tuple[str, str, str]]:
+    """Return the ``(candidate, baseline, kind)`` comparisons made within one run.
+
+    Parameters
+    ----------
+    labels
+        The run's variant labels.
+    baseline
+        The run's baseline label.
+    bound_labels
+        Labels of lower bounds (never a candidate of a fallback comparison).
+    pairs
+        Configured pairs; those whose two labels are in the run are used.
+
+    Returns
+    -------
+    list of tuple
+        Configured pairs present in the run; when none is present, every candidate
+        (not an A/A copy, not a bound) against the run's baseline, so any run still
+        gets compared. Plus one ``"aa"`` comparison ``X#k`` vs ``X`` per A/A copy.
+    """
+    present = set(labels)
+    bounds = set(bound_labels)
+    out = [(c, b, PAIR) for c, b in pairs if c in present and b in present and c != b]
+    if not out:
+        out = [
+            (lab, baseline, PAIR)
+            for lab in labels
+            if lab != baseline and lab not in bounds and aa_original(lab) is None
+        ]
+    out.extend((lab, orig, AA) for lab in labels if (orig := aa_original(lab)) in present)
+    return out
+
+
+def aa_original(label: str) -> str | None:
+    """Return ``X`` for an A/A copy label ``X#2`` (``X#3``, ...), else ``None``."""
+    base, sep, num = label.rpartition("#")
+    return base if sep and base and num.isdigit() and int(num) >= 2 else None
+
+
+# ---------------------------------------------------------------------------------------
+# build
+
+
+def _none_to_na(value: Any) -> Any:
+    return pd.NA if value is None else value
+
+
+def _joined(values: Any) -> Any:
+    if isinstance(values, list | tuple):
+        return " ".join(str(v) for v in values)
+    return _none_to_na(values)
+
+
+def _recency(run: rawdata.Run) -> tuple[float, str]:
+    # Newest by start time; the run id (which starts with a UTC stamp) breaks ties and
+    # orders runs whose start time is unreadable.
+    return (run.started.timestamp() if run.started else float("-inf"), run.run_id)
+
+
+def _runs_table(raw: rawdata.RawData) -> pd.DataFrame:
+    newest: dict[tuple[str, str], rawdata.Run] = {}
+    for run in raw.complete:
+        key = (run.host, run.interpreter)
+        if key not in newest or _recency(run) > _recency(newest[key]):
+            newest[key] = run
+    rows = []
+    for run in raw.runs:
+        m = run.meta
+        machine, py, params = m["machine"], m["python"], m["parameters"]
+        planned = m.get("processes_planned") or {}
+        completed = m.get("processes_completed") or {}
+        info = m.get("process_info") or []
+        headline = run.complete and newest[(run.host, run.interpreter)] is run
+        if not run.complete:
+            note = f"left out: status {run.status}"
+        elif headline:
+            note = "headline"
+        else:
+            note = "older run (not in the headline tables)"
+        base_var = next(v for v in m["variants"] if v["label"] == m["baseline"])
+        rows.append(
+            {
+                "host": run.host,
+                "interpreter": run.interpreter,
+                "run_id": run.run_id,
+                "status": run.status,
+                "included": run.complete,
+                "headline": headline,
+                "note": note,
+                "started_at": _none_to_na(m.get("started_at")),
+                "ended_at": _none_to_na(m.get("ended_at")),
+                "python_implementation": _none_to_na(py.get("implementation")),
+                "python_version": _none_to_na(py.get("version")),
+                "python_tag": _none_to_na(py.get("tag")),
+                "python_build": _none_to_na(py.get("build")),
+                "python_compiler": _none_to_na(py.get("compiler")),
+                "python_executable": _none_to_na(py.get("executable")),
+                "hostname": _none_to_na(machine.get("hostname")),
+                "cpu_model": _none_to_na(machine.get("cpu_model")),
+                "cpu_count": _none_to_na(machine.get("cpu_count")),
+                "kernel": _none_to_na(machine.get("kernel")),
+                "platform": _none_to_na(machine.get("platform")),
+                "governor": _none_to_na(machine.get("governor")),
+                "load_avg_start": _joined(machine.get("load_avg_start")),
+                "load_avg_end": _joined(machine.get("load_avg_end")),
+                "baseline": m["baseline"],
+                "block_source": _none_to_na(base_var.get("block_source")),
+                "processes": _none_to_na(params.get("processes")),
+                "confirm_processes": _none_to_na(params.get("confirm_processes")),
+                "samples": _none_to_na(params.get("samples")),
+                "sample_ms": _none_to_na(params.get("sample_ms")),
+                "warmup_ms": _none_to_na(params.get("warmup_ms")),
+                "pools": _joined(params.get("pools")),
+                "cases": _joined(params.get("cases")),
+                "confirm_cases": _joined(params.get("confirm_cases")),
+                "cpu": _joined(params.get("cpu")),
+                "gc": _joined(params.get("gc")),
+                "run_seed": _joined((m.get("seeds") or {}).get("run", params.get("seed"))),
+                "quick": _none_to_na(params.get("quick")),
+                "aa": _none_to_na(params.get("aa")),
+                "processes_planned_main": _none_to_na(planned.get("main")),
+                "processes_planned_confirm": _none_to_na(planned.get("confirm")),
+                "processes_completed_main": _none_to_na(completed.get("main")),
+                "processes_completed_confirm": _none_to_na(completed.get("confirm")),
+                "pinned_processes": sum(1 for p in info if isinstance(p, dict) and p.get("pinned")),
+                "gates_passed": sum(
+                    1 for v in m["variants"] if (v.get("gate") or {}).get("ok") is True
+                ),
+                "commit": _none_to_na((m.get("project") or {}).get("commit")),
+                "dirty": _none_to_na((m.get("project") or {}).get("dirty")),
+                "n_samples": len(run.samples) if run.samples is not None else pd.NA,
+            }
+        )
+    return conform(pd.DataFrame(rows), "runs", sort=["host", "interpreter", "run_id"])
+
+
+def _variants_table(raw: rawdata.RawData) -> pd.DataFrame:
+    rows = []
+    for run in raw.runs:
+        for pos, v in enumerate(run.meta["variants"]):
+            gate = v.get("gate") or {}
+            rows.append(
+                {
+                    "host": run.host,
+                    "run_id": run.run_id,
+                    "position": pos,
+                    "label": v["label"],
+                    "source": v["source"],
+                    "class_name": _none_to_na(v.get("class_name")),
+                    "vllm_version": _none_to_na(v.get("vllm_version")),
+                    "class_sha256": _none_to_na(v.get("class_sha256")),
+                    "file_sha256": _none_to_na(v.get("file_sha256")),
+                    "block_source": _none_to_na(v.get("block_source")),
+                    "block_class_sha256": _none_to_na(v.get("block_class_sha256")),
+                    "is_bound": bool(v.get("is_bound", False)),
+                    "gate_ok": _none_to_na(gate.get("ok")),
+                    "gate_ops_checked": _none_to_na(gate.get("ops_checked")),
+                    "gate_invalid_compared": _none_to_na(gate.get("invalid_compared")),
+                }
+            )
+    return conform(pd.DataFrame(rows), "variants", sort=["host", "run_id", "position"])
+
+
+def _all_samples(raw: rawdata.RawData) -> pd.DataFrame:
+    frames = []
+    for run in raw.complete:
+        assert run.samples is not None  # complete runs always carry samples
+        df = run.samples.copy()
+        df.insert(0, "host", run.host)
+        df.insert(1, "interpreter", run.interpreter)
+        df.insert(2, "run_id", run.run_id)
+        frames.append(df)
+    if not frames:
+        cols = ["host", "interpreter", "run_id", *schema.SAMPLE_COLUMNS]
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (not isinstance(value, list | tuple | dict) and bool(pd.isna(value)))
+
+
+def conform(df: pd.DataFrame, table: str, sort: Sequence[str] | None = None) -> pd.DataFrame:
+    """Fix column order and dtypes of a processed table; sort its rows.
+
+    Parameters
+    ----------
+    df
+        The table's rows (any column order; missing columns become missing values).
+    table
+        Its name in :data:`kvqueue.schema.PROCESSED_TABLES`.
+    sort
+        Sort keys; ``case`` sorts in schema order (:func:`kvqueue.schema.case_rank`).
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    spec = schema.PROCESSED_TABLES[table]
+    if df.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in spec.items()})
+    out = df.reindex(columns=list(spec))
+    for col, dtype in spec.items():
+        if dtype == _S:
+            out[col] = out[col].map(lambda v: pd.NA if _missing(v) else str(v))
+        elif dtype == _F:
+            # Optional metadata (absent in run.json) becomes NaN, the float "missing".
+            out[col] = out[col].map(lambda v: np.nan if _missing(v) else v)
+        out[col] = out[col].astype(dtype)
+    if sort:
+        keys = list(sort)
+        if "case" in keys:
+            out["_case"] = out["case"].map(schema.case_rank)
+            keys = [("_case" if k == "case" else k) for k in keys]
+        out = out.sort_values(keys, kind="stable").drop(columns=["_case"], errors="ignore")
+    return out.reset_index(drop=True)
+
+
+def _of_run(df: pd.DataFrame, run: rawdata.Run) -> pd.DataFrame:
+    return df[(df["host"] == run.host) & (df["run_id"] == run.run_id)]
+
+
+def analyze(raw: rawdata.RawData, settings: ReportSettings) -> dict[str, pd.DataFrame]:
+    """Compute every processed table from checked raw runs (no I/O).
+
+    Parameters
+    ----------
+    raw
+        Output of :func:`kvqueue.rawdata.read_raw`.
+    settings
+        Pairs, bootstrap settings and the verdict band.
+
+    Returns
+    -------
+    dict
+        Table name (a key of :data:`kvqueue.schema.PROCESSED_TABLES`) -> its rows.
+    """
+    boot = settings.bootstrap()
+    runs = _runs_table(raw)
+    variants = _variants_table(raw)
+    headline_runs = runs.loc[runs["headline"].fillna(False), ["host", "run_id"]]
+    headline_ids = set(headline_runs.itertuples(index=False, name=None))
+    samples = _all_samples(raw)
+    medians = stats.process_medians(samples, CELL) if len(samples) else samples.iloc[0:0]
+    cell = list(CELL)
+
+    # Paired per-process ratios of every comparison in every complete run.
+    ratio_frames = []
+    for run in raw.complete:
+        bound = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
+        labels = [v["label"] for v in run.meta["variants"]]
+        run_medians = _of_run(medians, run)
+        for cand, base, kind in comparisons_for_run(
+            labels, run.meta["baseline"], bound, settings.pairs
+        ):
+            r = stats.paired_ratios(run_medians, cand, base, cell)
+            r.insert(len(cell) + 2, "kind", kind)
+            ratio_frames.append(r)
+    ratios = pd.concat(ratio_frames, ignore_index=True) if ratio_frames else pd.DataFrame()
+    ratios = conform(ratios, "ratios", sort=[*cell, "kind", "candidate", "baseline", "process"])
+
+    # One summary row per (cell, comparison).
+    medians_by_cell = {k: g for k, g in medians.groupby(cell, sort=True)}
+    rows = []
+    for key, grp in ratios.groupby([*cell, *COMPARISON], sort=True):
+        cell_key = tuple(key[: len(cell)])
+        row = dict(zip([*cell, *COMPARISON], key, strict=True))
+        row.update(
+            stats.summarize_pair(grp, medians_by_cell[cell_key], delta=settings.delta, **boot)
+        )
+        row["headline"] = (row["host"], row["run_id"]) in headline_ids
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    if len(summary):
+        aa = summary[summary["kind"] == AA].assign(
+            aa_half_width=lambda d: (d["ci_high"] - d["ci_low"]) / 2
+        )
+        aa_hw = aa.groupby(cell, sort=True)["aa_half_width"].max().reset_index()
+        summary = summary.merge(aa_hw, on=cell, how="left")
+    summary = conform(summary, "summary", sort=[*cell, "kind", "candidate", "baseline"])
+
+    # Order effect per cell, against the tightest headline CI of that cell.
+    pair_rows = summary[summary["kind"] == PAIR]
+    tightest = ((pair_rows["ci_high"] - pair_rows["ci_low"]) / 2).groupby(
+        [pair_rows[c] for c in cell]
+    )
+    tightest_by_cell = (
+        {tuple(k): float(v) for k, v in tightest.min().items()} if len(pair_rows) else {}
+    )
+    order_rows = []
+    if len(samples):
+        for key, grp in samples.groupby(cell, sort=True):
+            est = stats.order_effect(grp, **boot)
+            ref = tightest_by_cell.get(tuple(key), np.nan)
+            order_rows.append(
+                {
+                    **dict(zip(cell, key, strict=True)),
+                    "headline": (key[0], key[2]) in headline_ids,
+                    "n_processes": est.n,
+                    "positions": int(grp["order_position"].max()) + 1,
+                    "effect": est.estimate,
+                    "ci_low": est.low,
+                    "ci_high": est.high,
+                    "headline_half_width": ref,
+                    # Warn only for an effect that is real (CI excludes 0) AND larger than
+                    # the precision of the comparisons; a point estimate alone is noise.
+                    "warn": bool(
+                        np.isfinite(ref)
+                        and abs(est.estimate) > ref
+                        and (est.low > 0 or est.high < 0)
+                    ),
+                }
+            )
+    order_effects = conform(pd.DataFrame(order_rows), "order_effects", sort=cell)
+
+    floor_gap = conform(
+        pd.DataFrame(_floor_gap_rows(raw, medians, ratios, headline_ids, boot)),
+        "floor_gap",
+        sort=[*cell, "candidate", "baseline", "bound"],
+    )
+    medians = conform(medians, "process_medians", sort=[*cell, "variant", "process"])
+    return {
+        "runs": runs,
+        "variants": variants,
+        "process_medians": medians,
+        "ratios": ratios,
+        "summary": summary,
+        "order_effects": order_effects,
+        "floor_gap": floor_gap,
+    }
+
+
+def _floor_gap_rows(
+    raw: rawdata.RawData,
+    medians: pd.DataFrame,
+    ratios: pd.DataFrame,
+    headline_ids: set[tuple[str, str]],
+    boot: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Gap closed towards each lower bound, for every compared pair of a run with one."""
+    cell = list(CELL)
+    rows: list[dict[str, Any]] = []
+    for run in raw.complete:
+        bounds = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
+        if not bounds:
+            continue
+        run_medians = _of_run(medians, run)
+        run_pairs = _of_run(ratios, run)
+        run_pairs = run_pairs[run_pairs["kind"] == PAIR]
+        for (cand, base), cand_r in run_pairs.groupby(["candidate", "baseline"], sort=True):
+            for bound in bounds:
+                if bound in (cand, base):
+                    continue
+                bound_r = stats.paired_ratios(run_medians, bound, base, cell)
+                both = cand_r.merge(bound_r, on=[*cell, "process"], suffixes=("_c", "_f"))
+                for key, grp in both.groupby(cell, sort=True):
+                    bound_est = stats.reduction_interval(grp["ratio_f"].to_numpy(), **boot)
+                    cand_est = stats.reduction_interval(grp["ratio_c"].to_numpy(), **boot)
+                    # The share is only defined when the bound is clearly faster than the
+                    # baseline; otherwise the denominator's CI reaches 0.
+                    if bound_est.low > 0:
+                        gap = stats.gap_closed(
+                            grp["ratio_c"].to_numpy(), grp["ratio_f"].to_numpy(), **boot
+                        )
+                        values = (gap.estimate, gap.low, gap.high)
+                    else:
+                        values = (np.nan, np.nan, np.nan)
+                    rows.append(
+                        {
+                            **dict(zip(cell, key, strict=True)),
+                            "candidate": cand,
+                            "baseline": base,
+                            "bound": bound,
+                            "headline": (run.host, run.run_id) in headline_ids,
+                            "n_processes": len(grp),
+                            "candidate_reduction": cand_est.estimate,
+                            "bound_reduction": bound_est.estimate,
+                            "bound_ci_low": bound_est.low,
+                            "bound_ci_high": bound_est.high,
+                            "gap_closed": values[0],
+                            "ci_low": values[1],
+                            "ci_high": values[2],
+                        }
+                    )
+    return rows

@@ -1,0 +1,23 @@
+"""The errors that end a command with one line (``make bench: ...``).
+
+Defined here, once, so that every module on the bench route (``__main__`` -> ``params``
+-> ``notebook_run`` -> ``runner``) raises and catches the same classes without
+importing each other back. Standard library only.
+"""
+
+from __future__ import annotations
+
+
+class BenchInputError(ValueError):
+    """Bad input to ``make bench``; the message is one line. Nothing was written."""
+
+
+class GateRefused(RuntimeError):
+    """The validation gate refused a variant; the message holds the gate's report.
+
+    Nothing was timed and nothing was written.
+    """
+
+
+class BenchError(RuntimeError):
+    """A worker process failed; the run folder is kept and marked ``failed``."""
