@@ -5,19 +5,26 @@ The broken queues are *mutants* of the hand-written correct fixture
 its ``FreeKVCacheBlockQueue`` (dropping a link reset, an assert, changing a message, ...).
 All mutants are written as differently named classes into one generated file, and each
 is selected with ``FILE::ClassName``, exactly like a user would select a class.
+
+``SIZE_MUTANTS`` misbehave only at the timed sizes (a count >= 60, a block id >= 1000,
+an ``append_n`` of exactly 32 blocks, more than 1,024 free blocks): the gate without its
+timed-size part passes them, the gate with it refuses them.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from kvqueue import loader, validate
+from kvqueue import cases, loader, params, schema, validate
 
 # Smaller than the default so the ~20 gate runs below stay fast; every mutant here is
 # caught within the first few hundred operations (or by the invalid-operation table).
@@ -563,4 +570,334 @@ def test_mutants_refused_against_vllm_0_32_0(broken_file):
     assert results[0].ok, results[0].error
     for mutant, result in zip(MUTANTS, results[1:], strict=True):
         assert not result.ok, mutant.name
+        assert mutant.names_op in result.error, (mutant.name, result.error)
+
+
+# ------------------------------------------------------------- the timed sizes
+
+
+@dataclass(frozen=True)
+class SizeMutant(Mutant):
+    """A mutant that misbehaves only at the timed sizes; ``first_size`` refuses it."""
+
+    first_size: int
+
+
+#: Part 1's queues hold at most 52 blocks (ids < 52), and in its 60,000 default operations
+#: no ``append_n`` gives back 32 blocks, so none of these ever misbehaves there.
+SIZE_MUTANTS = [
+    SizeMutant(
+        "PopOneKeepsLinksWhenLong",
+        "popleft_n(1) does not clear the popped block's links once num_free_blocks >= 60",
+        (
+            (
+                "            only.prev_free_block = None\n"
+                "            only.next_free_block = None\n"
+                "            if after is not None:\n",
+                # The count was already decremented: +1 is the count before the pop.
+                "            if self.num_free_blocks + 1 < 60:\n"
+                "                only.prev_free_block = None\n"
+                "                only.next_free_block = None\n"
+                "            if after is not None:\n",
+            ),
+        ),
+        "popleft_n(1)",
+        first_size=64,
+    ),
+    SizeMutant(
+        "RemoveKeepsLinksOfHighIds",
+        "remove() of a block whose block_id >= 1000 does not clear its links",
+        (
+            (
+                "        block.prev_free_block = None\n        block.next_free_block = None\n"
+                "        self.num_free_blocks -= 1\n",
+                "        if block.block_id < 1000:\n"
+                "            block.prev_free_block = None\n"
+                "            block.next_free_block = None\n"
+                "        self.num_free_blocks -= 1\n",
+            ),
+        ),
+        "remove(block ",
+        first_size=2048,
+    ),
+    SizeMutant(
+        "AppendN32ForgetsTailLink",
+        "append_n() of exactly 32 blocks (the alloc32 and mix batch) leaves the tail's back "
+        "link on the old last block",
+        (
+            (
+                "        last.next_free_block = self.fake_free_list_tail\n"
+                "        self.fake_free_list_tail.prev_free_block = last\n"
+                "        self.num_free_blocks += len(blocks)\n",
+                "        last.next_free_block = self.fake_free_list_tail\n"
+                "        if len(blocks) != 32:\n"
+                "            self.fake_free_list_tail.prev_free_block = last\n"
+                "        self.num_free_blocks += len(blocks)\n",
+            ),
+        ),
+        "append_n([",
+        first_size=64,
+    ),
+    SizeMutant(
+        "GetAllStopsAt1024",
+        "get_all_free_blocks() returns at most 1,024 blocks",
+        (
+            (
+                "        while curr.next_free_block is not None:\n",
+                "        while curr.next_free_block is not None and len(found) < 1024:\n",
+            ),
+        ),
+        "get_all_free_blocks()",
+        first_size=2048,
+    ),
+    SizeMutant(
+        "IterStopsAfter1024",
+        "iter_blocks_after() yields at most 1,024 blocks",
+        (
+            (
+                "        while curr is not None and curr is not self.fake_free_list_tail:\n"
+                "            yield curr\n",
+                "        for _ in range(1024):\n"
+                "            if curr is None or curr is self.fake_free_list_tail:\n"
+                "                return\n"
+                "            yield curr\n",
+            ),
+        ),
+        "iter_blocks_after(None)",
+        first_size=2048,
+    ),
+]
+
+#: Batches longer than 16: part 1 refuses these already (at the default seed it pops 17+
+#: blocks 131 times in 60,000 operations), and part 2 must refuse them on its own.
+LONG_BATCH_MUTANTS = [
+    Mutant(
+        "AppendNLongForgetsTailLink",
+        "append_n() of more than 16 blocks leaves the tail's back link on the old last block",
+        (
+            (
+                "        last.next_free_block = self.fake_free_list_tail\n"
+                "        self.fake_free_list_tail.prev_free_block = last\n"
+                "        self.num_free_blocks += len(blocks)\n",
+                "        last.next_free_block = self.fake_free_list_tail\n"
+                "        if len(blocks) <= 16:\n"
+                "            self.fake_free_list_tail.prev_free_block = last\n"
+                "        self.num_free_blocks += len(blocks)\n",
+            ),
+        ),
+        "append_n([",
+    ),
+    Mutant(
+        "PopNLongCountsOneLess",
+        "popleft_n(n > 16) decrements num_free_blocks by n - 1",
+        (
+            (
+                "        assert self.num_free_blocks >= n\n        self.num_free_blocks -= n\n",
+                "        assert self.num_free_blocks >= n\n"
+                "        self.num_free_blocks -= n if n <= 16 else n - 1\n",
+            ),
+        ),
+        "popleft_n(",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def size_file(tmp_path_factory) -> Path:
+    """One file: the fixture's KVCacheBlock and every size/long-batch mutant as a class."""
+    good_text = (Path(__file__).parent / "queues" / "good.py").read_text()
+    header = good_text[: good_text.index("class FreeKVCacheBlockQueue:")]
+    path = tmp_path_factory.mktemp("sized") / "sized.py"
+    mutants = [*SIZE_MUTANTS, *LONG_BATCH_MUTANTS]
+    path.write_text(header + "\n\n".join(mutate(good_text, m) for m in mutants))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_queue_gate(size_file, baseline):
+    """The gate without part 2 (``sizes=()``, i.e. the gate before it had part 2) at its
+    default 60,000 operations, over every size mutant."""
+    variants = [baseline, *(load(f"{size_file}::{m.name}", baseline) for m in SIZE_MUTANTS)]
+    return validate.gate(variants, sizes=())
+
+
+def test_default_sizes_are_the_timed_pools_and_the_minimum():
+    assert validate.MIN_POOL == params.MIN_POOL
+    assert (params.MIN_POOL, *schema.POOLS) == validate.DEFAULT_SIZES
+    gate_params = inspect.signature(validate.gate).parameters
+    assert gate_params["sizes"].default == validate.DEFAULT_SIZES
+    assert gate_params["size_ops"].default is None
+    # The timed batch lengths: alloc1/2/8/32 and the batches of mix.
+    assert validate.TIMED_BATCHES == (1, 2, 8, 32)
+    assert max(cases.MIX_SIZES) <= max(validate.TIMED_BATCHES) < validate.MAX_BATCH
+
+
+@pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
+def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
+    """What the issue says: before part 2 the gate passed all of these (so they would
+    have been timed)."""
+    result = small_queue_gate[1 + SIZE_MUTANTS.index(mutant)]
+    assert result.label.endswith(f"::{mutant.name}")
+    assert result.ok, f"{mutant.name}: {result.error}"
+    assert result.ops_checked == validate.DEFAULT_OPS
+    assert result.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert result.sizes == () and result.size_ops_checked == 0
+
+
+@pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
+def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
+    broken = load(f"{size_file}::{mutant.name}", baseline)
+    base_result, result = validate.gate([baseline, broken], ops=QUICK_OPS)
+    assert base_result.ok and base_result.sizes == validate.DEFAULT_SIZES, base_result.error
+    assert result.ok is False, f"gate passed a queue where {mutant.bug}"
+    # Parts 1 and 3 passed it; part 2 refused it at the first size where it misbehaves.
+    assert result.ops_checked == QUICK_OPS
+    assert result.invalid_compared == len(validate.INVALID_SCENARIOS)
+    first = result.error.splitlines()[0]
+    match = re.match(
+        r"size (\d+): (operation #\d+ |whole-structure check after operation #\d+: "
+        r"|(get_all_free_blocks|iter_blocks_after)\(\w*\) after operation #\d+: )",
+        first,
+    )
+    assert match, first
+    assert int(match.group(1)) == mutant.first_size
+    sizes = validate.DEFAULT_SIZES
+    assert result.sizes == sizes[: sizes.index(mutant.first_size)]
+    assert result.size_ops_checked < len(sizes) * (QUICK_OPS // validate.SIZE_OPS_DIVISOR)
+    assert mutant.names_op in result.error, result.error
+    assert "expected:" in result.error and "got:" in result.error, result.error
+    assert result.line().startswith("FAIL")
+
+
+def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
+    """The runner's call (``--json --ops N --seed S SOURCES``, no size option) already
+    runs part 2 at every timed size."""
+    source = f"{size_file}::PopOneKeepsLinksWhenLong"
+    seed = str(validate.DEFAULT_SEED)
+    proc = run_cli("validate", "--json", "--ops", "60000", "--seed", seed, "kvqueue", source)
+    assert proc.returncode == 1, proc.stderr
+    base, broken = json.loads(proc.stdout)["results"]
+    assert base["ok"] and base["sizes"] == list(validate.DEFAULT_SIZES)
+    assert base["size_ops_checked"] == 3 * 15_000
+    assert not broken["ok"] and broken["sizes"] == []
+    assert broken["error"].startswith("size 64: operation #"), broken["error"]
+    assert "popleft_n(1): block " in broken["error"]
+    assert "is not in the queue but its links are not cleared" in broken["error"]
+
+
+@pytest.mark.parametrize("mutant", LONG_BATCH_MUTANTS, ids=lambda m: m.name)
+def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_file, baseline):
+    broken = load(f"{size_file}::{mutant.name}", baseline)
+    with pytest.raises(validate.ValidationError) as small:
+        validate.model_check(broken)
+    assert mutant.names_op in str(small.value)
+    for size in validate.DEFAULT_SIZES:
+        with pytest.raises(validate.ValidationError) as sized:
+            validate.size_check(broken, size, ops=QUICK_OPS // validate.SIZE_OPS_DIVISOR)
+        message = str(sized.value)
+        assert message.startswith(f"size {size}: operation #"), message
+        assert mutant.names_op in message, message
+        # Part 2 builds long batches far more often: it fails within a few dozen ops.
+        assert sized.value.passed < 200, message
+
+
+def test_correct_queues_pass_at_every_timed_size(default_run):
+    """kvqueue, the good fixture and the floor bound, at the default op count."""
+    _, results, _, _ = default_run
+    per_size = validate.DEFAULT_OPS // validate.SIZE_OPS_DIVISOR
+    assert per_size == 15_000
+    for result in results:
+        assert result.ok, result.error
+        assert result.sizes == validate.DEFAULT_SIZES
+        assert set(schema.POOLS) <= set(result.sizes) and params.MIN_POOL in result.sizes
+        assert result.size_ops_checked == len(validate.DEFAULT_SIZES) * per_size
+        # Elapsed time is recorded and part of the total. The bound is loose (measured
+        # ~1.2 s); an O(size) check after every operation would take ~10 minutes.
+        assert 0 < result.size_seconds < result.seconds
+        assert result.size_seconds < 60
+        assert "+45,000 at sizes 64/2048/100000" in result.line()
+
+
+def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
+    """At 2,048 blocks: every operation, every timed batch length and longer ones,
+    block ids >= 1000, a count that never drops below 60, and regular full walks."""
+    ops = validate.DEFAULT_OPS // validate.SIZE_OPS_DIVISOR
+    seen: Counter = Counter()
+    lengths: dict[str, set[int]] = {"popleft_n": set(), "append_n": set(), "prepend_n": set()}
+    ids: set[int] = set()
+    counts: list[int] = []
+    real_step, real_walk = validate._SizedRun.step, validate._SizedRun.walk
+
+    def step(self):
+        real_step(self)
+        desc = self.where.split(" ", 2)[2]
+        kind = re.match(r"[a-z_]+", desc).group()
+        seen[kind] += 1
+        if kind == "popleft_n":
+            lengths[kind].add(int(re.match(r"popleft_n\((\d+)\)", desc).group(1)))
+        elif kind in ("append_n", "prepend_n"):
+            lengths[kind].add(len(json.loads(desc[len(kind) + 1 : -1])))
+        ids.update(i for i in self.dirty if i < self.size)
+        counts.append(self.count)
+
+    def walk(self):
+        seen["walk"] += 1
+        real_walk(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate._SizedRun, "step", step)
+        mp.setattr(validate._SizedRun, "walk", walk)
+        assert validate.size_check(baseline, 2048, ops) == ops
+    kinds = {"popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"}
+    assert all(seen[k] > 500 for k in [*kinds, "iter_blocks_after"]), seen
+    for kind, found in lengths.items():
+        assert set(validate.TIMED_BATCHES) <= found, (kind, sorted(found))
+        assert max(found) == validate.MAX_BATCH, (kind, sorted(found))
+    assert sum(i >= 1000 for i in ids) > 900
+    assert min(counts) >= 60 and max(counts) == 2048
+    assert seen["walk"] >= ops // (2048 // 20)
+
+
+@pytest.mark.parametrize("bad", [0, -64, 64.0, True, "64"])
+def test_gate_refuses_bad_sizes_before_running(bad, baseline):
+    with pytest.raises(ValueError, match="queue sizes must be whole numbers >= 1"):
+        validate.gate([baseline], sizes=[64, bad])
+
+
+def test_size_check_same_seed_same_result(size_file, baseline):
+    broken = load(f"{size_file}::RemoveKeepsLinksOfHighIds", baseline)
+    errors = []
+    for seed in (3, 3, 4):
+        with pytest.raises(validate.ValidationError) as info:
+            validate.size_check(broken, 2048, ops=2_000, seed=seed)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    assert errors[0] != errors[2]
+
+
+def test_gate_with_sizes_runs_on_a_bare_interpreter():
+    """Part 2 needs nothing outside the standard library (``python -I -S``)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+        "from kvqueue import loader, validate\n"
+        "r = validate.gate(loader.load_variants(['kvqueue']), ops=400)[0]\n"
+        "print(r.ok, r.sizes, r.size_ops_checked)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True (64, 2048, 100000) 300"
+
+
+@pytest.mark.network
+def test_size_mutants_refused_against_vllm_0_32_0(size_file):
+    """The release itself passes at the timed sizes; the size mutants do not."""
+    sources = ["vllm==0.32.0", *(f"{size_file}::{m.name}" for m in SIZE_MUTANTS)]
+    results = validate.gate(loader.load_variants(sources), ops=QUICK_OPS)
+    assert results[0].ok, results[0].error
+    assert results[0].sizes == validate.DEFAULT_SIZES
+    for mutant, result in zip(SIZE_MUTANTS, results[1:], strict=True):
+        assert not result.ok, mutant.name
+        assert result.error.startswith(f"size {mutant.first_size}: "), result.error
         assert mutant.names_op in result.error, (mutant.name, result.error)
