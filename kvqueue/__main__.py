@@ -62,13 +62,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except loader.SourceError as exc:
         print(f"kvqueue validate: {exc}", file=sys.stderr)
         return 2
-    results = validate.gate(variants, ops=args.ops, seed=args.seed)
+    results = validate.gate(variants, ops=args.ops, seed=args.seed, sizes=args.sizes)
     if args.json:
         records = [
             {**r.__dict__, "provenance": v.provenance()}
             for r, v in zip(results, variants, strict=True)
         ]
-        print(json.dumps({"seed": args.seed, "ops": args.ops, "results": records}))
+        doc = {"seed": args.seed, "ops": args.ops, "sizes": list(args.sizes), "results": records}
+        print(json.dumps(doc))
     else:
         print(
             f"validation gate: seed {args.seed}, baseline {variants[0].label}, "
@@ -82,6 +83,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if failed and not args.json:
         print(f"refused: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    parts = text.replace(",", " ").split()
+    try:
+        sizes = tuple(int(x) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be whole numbers, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive whole numbers, got {text!r}")
+    return sizes
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +112,13 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         "--block-source",
         default=None,
         help="source of the shared KVCacheBlock class (default: the baseline)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=validate.DEFAULT_SIZES,
+        help="queue sizes of the timed-size model check, space or comma separated "
+        f"(default {' '.join(map(str, validate.DEFAULT_SIZES))})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(

@@ -70,12 +70,17 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# sys.flags and orig_argv tell a wrapper script (`python3 -O "$@"`) or PYTHONOPTIMIZE
+# apart from a plain interpreter: -O strips every assert of the gate and the queues.
 _PY_PROBE = (
     "import json, platform, sys; print(json.dumps({"
     "'executable': sys.executable, 'version': platform.python_version(), "
     "'implementation': platform.python_implementation(), "
     "'build': ' '.join(platform.python_build()), 'compiler': platform.python_compiler(), "
-    "'tag': sys.implementation.cache_tag, 'version_info': list(sys.version_info[:3])}))"
+    "'tag': sys.implementation.cache_tag, 'version_info': list(sys.version_info[:3]), "
+    "'flags': {k: getattr(sys.flags, k) for k in dir(sys.flags) "
+    "if not k.startswith('_') and isinstance(getattr(sys.flags, k), int)}, "
+    "'orig_argv': list(getattr(sys, 'orig_argv', [])), 'prefix': sys.prefix}))"
 )
 
 
@@ -89,10 +94,19 @@ def python_info(python: str) -> dict[str, Any]:
     ValueError
         It ran but did not answer the probe (not a Python?).
     """
-    proc = subprocess.run([python, "-c", _PY_PROBE], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([python, "-c", _PY_PROBE], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise ValueError("no answer within 60 s") from None
     if proc.returncode != 0:
         raise ValueError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "no answer")
-    return json.loads(proc.stdout)
+    try:
+        info = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        info = None
+    if not isinstance(info, dict) or "version_info" not in info:
+        raise ValueError("it ran but did not answer like a Python interpreter")
+    return info
 
 
 def project_info() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, params, schema
+from kvqueue import hostinfo, params, runfiles, schema
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 
 BENCH_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "bench.ipynb"
@@ -85,16 +85,20 @@ def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> P
         The run failed; the executed notebook is still filed with the partial run.
     """
     import papermill as pm
+    from nbclient.exceptions import DeadKernelError
 
     run_dir = schema.run_path(raw_dir, checked.params.host, run_id)
-    with tempfile.TemporaryDirectory(prefix="kvqueue-bench-") as tmp:
+    _remove_stale_temp_folders()
+    with tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
         out = Path(tmp) / schema.BENCH_NOTEBOOK
         try:
-            with _sigint_goes_to_the_kernel() as kernel_manager_class:
+            with _sigint_goes_to_the_kernel() as kernel_manager_class, _quiet_kernel_logs():
                 pm.execute_notebook(
                     str(BENCH_NOTEBOOK),
                     str(out),
-                    parameters=params.bench_notebook_parameters(checked, raw_dir, run_id),
+                    parameters=params.bench_notebook_parameters(
+                        checked, raw_dir, run_id, launcher_pid=os.getpid()
+                    ),
                     progress_bar=False,
                     stdout_file=sys.stderr,
                     stderr_file=sys.stderr,
@@ -106,12 +110,64 @@ def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> P
                 raise _ERRORS[exc.ename](exc.evalue) from None
             if exc.ename == "KeyboardInterrupt":
                 raise KeyboardInterrupt from None
-            raise BenchError(f"{exc.ename}: {exc.evalue}") from None
+            raise BenchError(f"{exc.ename}: {exc.evalue or 'no message'}") from None
+        except DeadKernelError:
+            # kill -9 of the kernel (or the runner in it): nobody else can close the run.
+            if runfiles.mark_dead(run_dir, "the notebook's kernel died", _now()):
+                raise BenchError(
+                    f"the notebook's kernel died; {run_dir} is marked failed"
+                ) from None
+            raise BenchError("the notebook's kernel died before the run started") from None
         finally:
-            # Whatever happened, a run folder that exists gets its notebook record.
-            if run_dir.is_dir() and out.exists():
-                shutil.copyfile(out, run_dir / schema.BENCH_NOTEBOOK)
+            # A run folder that this launcher's run created gets its notebook record,
+            # whatever happened; never a folder of another run that took the same id.
+            if out.exists() and run_dir.is_dir() and runfiles.owned_by(run_dir, os.getpid()):
+                with contextlib.suppress(FileExistsError):
+                    runfiles.file_notebook(run_dir, out)
     return run_dir
+
+
+_TMP_PREFIX = "kvqueue-bench-"
+
+
+def _remove_stale_temp_folders() -> None:
+    """Remove temp folders of launchers that died (``kill -9``) before cleaning up."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_TMP_PREFIX}*-*"):
+        pid_text = folder.name[len(_TMP_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or not folder.is_dir():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, somebody else's
+
+
+@contextlib.contextmanager
+def _quiet_kernel_logs() -> Iterator[None]:
+    """Silence jupyter_client's and papermill's log lines that are not about the run.
+
+    Every bench printed jupyter_client's "running over TCP without encryption" warning,
+    which says nothing about the run and reads like a problem.
+    """
+    import logging
+
+    names = ("traitlets", "papermill", "jupyter_client")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # ------------------------------------------------------------------ parameters cells

@@ -406,6 +406,13 @@ def check_python(python: str) -> tuple[str, dict[str, Any]]:
         raise BenchInputError(
             f"PYTHON '{found}' is {info['version']}; the worker needs Python >= 3.10"
         )
+    optimize = (info.get("flags") or {}).get("optimize", 0)
+    if optimize:
+        raise BenchInputError(
+            f"PYTHON '{found}' runs with -O (sys.flags.optimize={optimize}; PYTHONOPTIMIZE or "
+            "a wrapper?): it strips every assert of the gate and the queues, so nothing "
+            "would be measured as written"
+        )
     return found, info
 
 
@@ -510,6 +517,7 @@ BENCH_NOTEBOOK_EXTRA: dict[str, tuple[str, Any, str]] = {
         {},
         "the interpreter's identity as probed by the CLI ({}: check everything here)",
     ),
+    "launcher_pid": ("int", 0, "pid of the CLI that runs this notebook (0: this kernel)"),
 }
 
 _NOTEBOOK_TYPES = {
@@ -578,13 +586,16 @@ def report_parameters_cell() -> str:
     return "\n".join(lines)
 
 
-def bench_notebook_parameters(checked: Checked, raw_dir: Path, run_id: str) -> dict[str, Any]:
+def bench_notebook_parameters(
+    checked: Checked, raw_dir: Path, run_id: str, launcher_pid: int = 0
+) -> dict[str, Any]:
     """Values for the bench notebook's ``parameters`` cell: every field, resolved."""
     return {
         **checked.params.record(),
         "raw_dir": str(raw_dir),
         "run_id": run_id,
         "python_info": checked.python,
+        "launcher_pid": launcher_pid,
     }
 
 

@@ -271,9 +271,9 @@ def read_run_json(path: Path | str) -> dict[str, Any]:
     missing = [k for k in schema.RUN_KEYS if k not in meta]
     _require(not missing, path, f"missing key(s): {', '.join(missing)}")
     _require(
-        meta["schema_version"] == schema.SCHEMA_VERSION,
+        meta["schema_version"] in schema.READABLE_VERSIONS,
         path,
-        f"schema_version {meta['schema_version']!r} is not {schema.SCHEMA_VERSION}",
+        f"schema_version {meta['schema_version']!r} is not one of {schema.READABLE_VERSIONS}",
     )
     for key in ("run_id", "host", "status", "baseline"):
         _require(isinstance(meta[key], str) and meta[key] != "", path, f"{key} must be a string")

@@ -1,7 +1,7 @@
 """Run the timing protocol on one host and write ``data/raw/<host>/<run-id>/``.
 
 The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook_run``
--> ``bench.ipynb`` -> here -> ``worker``); see ``docs/design.md``. Order of work:
+-> ``bench.ipynb`` -> here -> ``worker``); see ``docs/design.md`` §9. Order of work:
 
 1. take :class:`kvqueue.params.Checked` parameters (checked once, by the CLI; a bare
    :class:`~kvqueue.params.BenchParams` is checked here) — bad input writes nothing;
@@ -17,9 +17,7 @@ The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime as dt
-import io
 import json
 import os
 import random
@@ -32,10 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from kvqueue import hostinfo, schema, validate
-from kvqueue.errors import BenchError, GateRefused
-from kvqueue.params import BenchParams, Checked, check
+from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.params import MIN_POOL, BenchParams, Checked, check
+from kvqueue.runfiles import RunWriter
 
 RAW_DIR = hostinfo.PROJECT_DIR / "data" / "raw"
+#: A variant that never returns must not hang a bench forever. The gate takes 2-6 s per
+#: variant here (60,000 ops plus the timed pool sizes); a worker process of the default
+#: protocol 15-25 s. The limits allow ten times that, and more on slower machines.
+GATE_SECONDS_PER_VARIANT = 60.0
+GATE_SECONDS_BASE = 120.0
+WORKER_SLACK = 10.0
+WORKER_SECONDS_BASE = 120.0
+#: One bench at a time per machine: a second timing job on these 2-vCPU VMs slows a
+#: pinned benchmark by up to a third, and both runs would be recorded as complete.
+LOCK_ENV = "KVQUEUE_LOCK_FILE"
 
 
 def _now() -> str:
@@ -52,14 +61,106 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and a rename (never half-written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
+def _die_with_parent() -> None:
+    """In the child, before exec: be killed when the runner dies, even by ``kill -9``.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere the child's own session still
+    lets the runner kill it on a timeout or an interruption.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_child(
+    cmd: list[str], *, input_text: str | None, timeout: float, what: str
+) -> subprocess.CompletedProcess[str]:
+    """Run a gate or worker process in a session of its own, with a time limit.
+
+    On a timeout, an interruption or any error the whole session is killed, so no child
+    outlives the runner; with the parent-death signal not even a ``kill -9`` of the
+    runner leaves one behind.
+
+    Raises
+    ------
+    BenchError
+        ``what`` took longer than ``timeout`` seconds (one line).
+    """
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_worker_env(),
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    try:
+        out, err = proc.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        raise BenchError(
+            f"{what} did not finish within {timeout:.0f} s (a variant that never returns?); "
+            "it was stopped"
+        ) from None
+    except BaseException:
+        _kill_session(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=5)
+
+
+def lock_path() -> Path:
+    """The machine-wide bench lock (``$KVQUEUE_LOCK_FILE`` or one in the temp folder)."""
+    import tempfile
+
+    return Path(os.environ.get(LOCK_ENV) or Path(tempfile.gettempdir()) / "kvqueue-bench.lock")
+
+
+@contextlib.contextmanager
+def machine_lock(what: str) -> Iterator[None]:
+    """Hold the one-bench-per-machine lock, or refuse in one line if another holds it.
+
+    Raises
+    ------
+    BenchInputError
+        Another bench is running (its pid and run are named).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        yield
+        return
+    path = lock_path()
+    fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole run
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            raise BenchInputError(
+                f"another bench is running on this machine ({holder}); two timing jobs at "
+                f"once slow each other and both would be recorded: wait for it (lock {path})"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}, {what}, since {_now()}")
         fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+        yield
+    finally:
+        fh.close()
 
 
 def run_gate(params: BenchParams) -> list[dict[str, Any]]:
@@ -77,24 +178,28 @@ def run_gate(params: BenchParams) -> list[dict[str, Any]]:
     """
     cmd = [params.python, "-m", "kvqueue", "validate", "--json", "--ops", str(params.gate_ops)]
     cmd += ["--seed", str(validate.DEFAULT_SEED)]
+    # The model check at the sizes this run times (and the smallest pool allowed).
+    cmd += ["--sizes", ",".join(map(str, sorted({MIN_POOL, *params.pools})))]
     if params.block_source:
         cmd += ["--block-source", params.block_source]
-    proc = subprocess.run(
-        [*cmd, *params.sources],
-        capture_output=True,
-        text=True,
-        env=_worker_env(),
+    timeout = GATE_SECONDS_BASE + GATE_SECONDS_PER_VARIANT * len(params.sources)
+    proc = run_child(
+        [*cmd, *params.sources], input_text=None, timeout=timeout, what="the validation gate"
     )
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise GateRefused(f"validation gate did not run: {proc.stderr.strip()}") from None
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise GateRefused(f"validation gate did not run: {tail}") from None
     lines = []
     for result in report["results"]:
         status = "PASS" if result["ok"] else "FAIL"
         lines.append(
             f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
-            f"{result['invalid_compared']} invalid ops, sha256 {result['sha256'][:16]}"
+            f"{result['invalid_compared']} invalid ops, "
+            f"+{result.get('size_ops_checked', 0):,} at sizes "
+            f"{'/'.join(map(str, result.get('sizes') or [])) or '-'}, "
+            f"sha256 {result['sha256'][:16]}"
         )
         if result["error"]:
             lines.append("    " + result["error"].replace("\n", "\n    "))
@@ -123,57 +228,6 @@ def _process_plan(params: BenchParams) -> list[tuple[str, int, int]]:
     return plan
 
 
-class RunWriter:
-    """Owns one run folder: creates it once, then rewrites its files atomically."""
-
-    def __init__(self, run_dir: Path, record: dict[str, Any]) -> None:
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        run_dir.mkdir(exist_ok=False)  # a run folder is never reused
-        self.dir = run_dir
-        self.record = record
-        self.rows: list[list[Any]] = []
-        self.save()
-
-    def add_process(self, phase: str, process: int, rows: list[list[Any]], info: dict) -> None:
-        # Ctrl-C between these updates would let the interrupt handler save rows of a
-        # process that run.json does not count: hold SIGINT until both are on disk.
-        with _sigint_held():
-            self.rows.extend([process, phase, *row] for row in rows)
-            self.record["processes_completed"][phase] += 1
-            self.record["process_info"].append(info)
-            self.save()
-
-    def save(self, status: str | None = None) -> None:
-        if status:
-            self.record["status"] = status
-        # samples first: run.json must never count a process whose samples are not on disk.
-        buf = io.StringIO()
-        out = csv.writer(buf, lineterminator="\n")
-        out.writerow(schema.SAMPLE_COLUMNS)
-        out.writerows([_cell(v) for v in row] for row in self.rows)
-        write_atomic(self.dir / schema.SAMPLES_CSV, buf.getvalue())
-        write_atomic(self.dir / schema.RUN_JSON, json.dumps(self.record, indent=2) + "\n")
-
-
-@contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Delay SIGINT (delivered on exit) where the platform allows it."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _cell(value: Any) -> Any:
-    # Floats in the schema's one format; the csv module quotes labels (source strings)
-    # that hold a comma or a quote.
-    return schema.format_sample_float(value) if isinstance(value, float) else value
-
-
 def _eta(done: int, total: int, elapsed: float) -> str:
     if done == 0:
         return "?"
@@ -182,7 +236,10 @@ def _eta(done: int, total: int, elapsed: float) -> str:
 
 
 def run_bench(
-    params: Checked | BenchParams, raw_dir: Path = RAW_DIR, run_id: str | None = None
+    params: Checked | BenchParams,
+    raw_dir: Path = RAW_DIR,
+    run_id: str | None = None,
+    launcher_pid: int | None = None,
 ) -> Path:
     """Run the whole protocol for one interpreter and return the run folder.
 
@@ -195,6 +252,10 @@ def run_bench(
         Root of the raw data (``data/raw``).
     run_id
         Folder name to use; a fresh one by default.
+    launcher_pid
+        The process that launched this run (the CLI, when the notebook runs it; default:
+        this process). Recorded, so that the launcher files its notebook only into a
+        folder that its own run created.
 
     Raises
     ------
@@ -206,6 +267,11 @@ def run_bench(
         After marking the run folder ``interrupted``.
     """
     checked = params if isinstance(params, Checked) else check(params)
+    with machine_lock(f"host {checked.params.host}"):
+        return _run_locked(checked, raw_dir, run_id, launcher_pid or os.getpid())
+
+
+def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pid: int) -> Path:
     params, py = checked.params, checked.python
     gate = run_gate(params)
     machine = hostinfo.machine_info()
@@ -226,12 +292,24 @@ def run_bench(
             {
                 **g["provenance"],
                 "gate": {
-                    k: g[k] for k in ("ok", "ops_checked", "invalid_compared", "seconds", "role")
+                    k: g.get(k)
+                    for k in (
+                        "ok",
+                        "ops_checked",
+                        "invalid_compared",
+                        "seconds",
+                        "role",
+                        "sizes",
+                        "size_ops_checked",
+                        "size_seconds",
+                    )
                 },
             }
             for g in gate
         ],
-        "parameters": params.record(),
+        # confirm_cases as the confirmation phase really times them (see phase_cases).
+        "parameters": {**params.record(), "confirm_cases": phase_cases(params, "confirm")},
+        "launcher": {"pid": launcher_pid},
         "seeds": {
             "run": params.seed,
             "gate": validate.DEFAULT_SEED,
@@ -243,7 +321,11 @@ def run_bench(
         "processes_completed": {"main": 0, "confirm": 0},
         "process_info": [],
     }
-    writer = RunWriter(schema.run_path(raw_dir, params.host, run_id), record)
+    run_dir = schema.run_path(raw_dir, params.host, run_id)
+    try:
+        writer = RunWriter(run_dir, record)
+    except FileExistsError:
+        raise BenchError(f"run folder {run_dir} exists already; nothing was written") from None
     expected = {g["label"]: g["sha256"] for g in gate}
     start = time.monotonic()
     print(
@@ -267,7 +349,9 @@ def run_bench(
                 "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),
                 "gc": params.gc,
             }
-            result = _run_worker(params.python, spec)
+            spec_cases: list[str] = spec["cases"]
+            spec |= {"phase": phase, "process": number}
+            result = _run_worker(params.python, spec, worker_timeout(params, spec_cases))
             info = {
                 "phase": phase,
                 "process": number,
@@ -304,14 +388,21 @@ def run_bench(
     return writer.dir
 
 
-def _run_worker(python: str, spec: dict[str, Any]) -> dict[str, Any]:
+def worker_timeout(params: BenchParams, cases: list[str]) -> float:
+    """Seconds one worker process may take: :data:`WORKER_SLACK` times the samples it
+    times, plus :data:`WORKER_SECONDS_BASE` for start-up, pools and calibration."""
+    timed = len(cases) * len(params.pools) * len(params.sources) * params.samples
+    # Calibration and warm-up cost about as much as the samples again.
+    return WORKER_SECONDS_BASE + WORKER_SLACK * 2 * timed * params.sample_ms / 1000
+
+
+def _run_worker(python: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one fresh worker process and return its parsed result."""
-    proc = subprocess.run(
+    proc = run_child(
         [python, "-m", "kvqueue.worker"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-        env=_worker_env(),
+        input_text=json.dumps(spec),
+        timeout=timeout,
+        what=f"worker process ({spec.get('phase', '?')} {spec.get('process', '?')})",
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

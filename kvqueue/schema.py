@@ -1,6 +1,6 @@
 """Every on-disk format of the project, shared by its writers and its readers.
 
-See ``docs/design.md`` ("Data layout"). Raw data: ``data/raw/<host>/<run-id>/`` holds,
+See ``docs/design.md`` §6 (data layout). Raw data: ``data/raw/<host>/<run-id>/`` holds,
 write-once:
 
 ``run.json``
@@ -35,7 +35,13 @@ import math
 import secrets
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+#: Version 2 added ``files`` (sha256 and row count of ``samples.csv``, sha256 of
+#: ``bench.ipynb``), ``launcher``, the interpreter's flags in ``python`` and the effective
+#: ``parameters.confirm_cases``. Readers take every version in :data:`READABLE_VERSIONS`.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: ``run.json`` key of the digests of the run's files (version 2 on).
+FILES_KEY = "files"
 
 RUN_JSON = "run.json"
 SAMPLES_CSV = "samples.csv"
@@ -72,6 +78,11 @@ RUN_KEYS = (
     "processes_planned",  # {"main": n, "confirm": m}
     "processes_completed",  # {"main": n, "confirm": m}
     "process_info",  # per process: phase, process, cpu, pinned, seed, loops, seconds
+)
+#: Keys that version 2 adds to :data:`RUN_KEYS`.
+RUN_KEYS_V2 = (
+    FILES_KEY,  # {"samples.csv": {"sha256", "rows"}, "bench.ipynb": {"sha256"}}
+    "launcher",  # {"pid"}: the process that started the run (the CLI)
 )
 
 CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")

@@ -1,4 +1,4 @@
-"""One timing process = one repetition of the protocol (DESIGN §4).
+"""One timing process = one repetition of the protocol (docs/design.md §4).
 
 Run as ``PYTHON -m kvqueue.worker`` with a JSON spec on stdin; prints one JSON result on
 stdout. Standard library only, so it runs under any CPython >= 3.10 with nothing
@@ -241,6 +241,10 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     """Read the spec from stdin, run, print the result as JSON on stdout."""
     spec = json.load(sys.stdin)
+    if sys.flags.optimize:
+        # The runner refuses -O up front; this catches a worker started some other way.
+        print("kvqueue worker: refusing to time under -O (asserts stripped)", file=sys.stderr)
+        return 2
     try:
         result = run_process(spec)
     except loader.SourceError as exc:

@@ -9,11 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from kvqueue import upstream
+
+# One bench lock per test session (inherited by the CLI subprocesses): the suite's tiny
+# benches then never wait for, or refuse because of, a bench running elsewhere.
+os.environ["KVQUEUE_LOCK_FILE"] = str(Path(tempfile.mkdtemp(prefix="kvq-lock-")) / "bench.lock")
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent

@@ -1,5 +1,5 @@
 """``runner.run_bench`` called directly (no notebook) on tiny parameters: the run folder,
-``run.json`` and ``samples.csv`` (DESIGN §6), refusals before writing, failure marking.
+``run.json`` and ``samples.csv`` (docs/design.md §6), refusals before writing, failure marking.
 
 The gate and the workers run as subprocesses of the measured interpreter (here: the
 test interpreter); the gate runs a reduced number of operations to stay fast.
@@ -30,6 +30,7 @@ from benchutil import (
 
 from kvqueue import params as kvparams
 from kvqueue import runner, schema
+from kvqueue.errors import BenchError
 
 HOST = "unit"
 GATE_OPS = 2_000
@@ -75,7 +76,8 @@ def test_run_json_keys_and_status(complete_run):
     _, run_dir = complete_run
     record = read_run_json(run_dir)
     assert set(schema.RUN_KEYS) <= set(record)
-    assert set(record) - set(schema.RUN_KEYS) <= {"error"}
+    assert set(schema.RUN_KEYS_V2) <= set(record)
+    assert set(record) - set(schema.RUN_KEYS) - set(schema.RUN_KEYS_V2) <= {"error"}
     assert "error" not in record
     assert record["schema_version"] == schema.SCHEMA_VERSION
     assert record["run_id"] == run_dir.name
@@ -124,7 +126,13 @@ def test_run_json_variants_with_provenance_and_gate(complete_run):
 def test_run_json_parameters_and_seeds(complete_run):
     params, run_dir = complete_run
     record = read_run_json(run_dir)
-    assert record["parameters"] == json.loads(json.dumps(params.record()))
+    # confirm_cases is recorded as the confirmation phase timed it (the run's cases
+    # alloc1, mix, remove meet the defaults alloc1, alloc2, remove in alloc1 and remove).
+    expected = {**json.loads(json.dumps(params.record())), "confirm_cases": ["alloc1", "remove"]}
+    assert record["parameters"] == expected
+    _, rows = read_samples(run_dir)
+    timed = sorted({r["case"] for r in rows if r["phase"] == "confirm"})
+    assert timed == sorted(record["parameters"]["confirm_cases"])
     assert record["parameters"]["samples"] == 2
     assert record["parameters"]["pools"] == [64]
     seeds = record["seeds"]
@@ -219,7 +227,8 @@ def test_an_existing_run_id_is_never_reused(tmp_path):
     params = tiny_params(processes=1, confirm_processes=0, cases=["alloc1"])
     first = runner.run_bench(params, tmp_path)
     before = {p: p.read_bytes() for p in first.iterdir()}
-    with pytest.raises(FileExistsError):
+    # One line for the user (it was a bare FileExistsError traceback), nothing touched.
+    with pytest.raises(BenchError, match="exists already; nothing was written"):
         runner.run_bench(params, tmp_path, run_id=first.name)
     assert {p: p.read_bytes() for p in first.iterdir()} == before
 
@@ -291,11 +300,11 @@ def test_interrupt_marks_the_run_interrupted(tmp_path, monkeypatch):
     real_worker = runner._run_worker
     calls = []
 
-    def worker_then_ctrl_c(python, spec):
+    def worker_then_ctrl_c(python, spec, timeout):
         calls.append(spec)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_worker(python, spec)
+        return real_worker(python, spec, timeout)
 
     monkeypatch.setattr(runner, "_run_worker", worker_then_ctrl_c)
     params = tiny_params(processes=3, confirm_processes=1, cases=["alloc1"])
