@@ -1,10 +1,14 @@
 """kvqueue-bench: a paired, order-randomized A/B benchmark of vLLM's free-block queue.
 
-The modules that the timing worker and the validation gate import (``loader``,
-``upstream``, ``validate``, ``worker``, ``cases``, ``fast``, ``block``, ``hostinfo``)
-use only the standard library, so they run under any CPython >= 3.10 without
-installing anything there. Analysis modules (``stats``, ``report``, ...) need the
-project's virtual environment.
+Everything that runs under the MEASURED interpreter — the command line up to the
+notebook (``__main__``, ``params``, ``errors``, ``schema``, ``hostinfo``), the gate
+(``validate``), the variant loader and release fetch (``loader``, ``upstream``), the
+runner and its run files (``runner``, ``runfiles``), the worker and its cases (``worker``,
+``cases``, ``fast``, ``block``) — uses only the standard library, so it runs under any
+CPython >= 3.10 with nothing installed there (``tests/test_bare_interpreter.py``). The
+notebook launcher and the report (``notebook_run``, ``rawdata``, ``analysis``,
+``processed``, ``stats``, ``tables``, ``figures``, ``sections``, ``writeup``, ``render``)
+need the project's virtual environment. The module map: ``docs/design.md`` §8.
 """
 
 __version__ = "0.1.0"

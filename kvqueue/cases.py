@@ -1,4 +1,4 @@
-"""The timed workloads (DESIGN §4): one *cycle* per case, and the loop that times it.
+"""The timed workloads (docs/design.md §4): one *cycle* per case, and the loop that times it.
 
 Each case builds, before any timing, a ``run(loops) -> ns`` function over one queue.
 The loop code is identical for every variant (only the queue object differs), so loop

@@ -1,7 +1,7 @@
 """This project's own free-block queue, and the check-free *floor* bound.
 
 ``FreeKVCacheBlockQueue`` is written from the documented contract of vLLM 0.32.0's
-class of the same name (DESIGN §1): the same public methods and attributes, the same
+class of the same name (docs/design.md §1): the same public methods and attributes, the same
 final state after every operation, the same exception types and messages on invalid
 use (and the same partial state left behind), running on whatever ``KVCacheBlock``
 class it is given. The validation gate checks all of that against the real release.

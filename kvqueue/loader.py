@@ -1,6 +1,6 @@
 """Turn a *source string* into a queue class, with provenance.
 
-Source strings (DESIGN §2):
+Source strings (docs/design.md §2):
 
 ==========================  ==========================================================
 ``vllm==0.31.0``            class from that vLLM release (fetched once, cached)
@@ -35,7 +35,7 @@ from kvqueue import upstream
 QUEUE_CLASS = "FreeKVCacheBlockQueue"
 BLOCK_CLASS = "KVCacheBlock"
 FLOOR_CLASS = "FloorKVCacheBlockQueue"
-#: Public queue API every variant must have (DESIGN §1).
+#: Public queue API every variant must have (docs/design.md §1).
 QUEUE_METHODS = (
     "popleft",
     "popleft_n",

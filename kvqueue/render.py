@@ -1,6 +1,6 @@
 """``python -m kvqueue report``: processed data, executed notebook, HTML report, writeup.
 
-Steps (``docs/design.md``, "The report"):
+Steps (``docs/design.md`` §7):
 
 1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.processed`);
 2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it

@@ -1,4 +1,4 @@
-"""Statistics over tidy sample tables (DESIGN §5): pure functions, no I/O.
+"""Statistics over tidy sample tables (docs/design.md §5): pure functions, no I/O.
 
 Vocabulary
 ----------

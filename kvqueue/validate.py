@@ -1,4 +1,4 @@
-"""The validation gate (DESIGN §3): nothing is timed until every variant passes.
+"""The validation gate (docs/design.md §3): nothing is timed until every variant passes.
 
 1. *Model check*: each variant runs a long seeded sequence of random valid operations
    against a plain Python list model; after EVERY operation the whole structure is

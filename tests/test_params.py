@@ -203,3 +203,25 @@ def test_errors_run_ids_and_run_folders_are_defined_once() -> None:
     for name in ("BenchInputError", "GateRefused", "BenchError"):
         assert defined[name] == ["errors"]
     assert defined["new_run_id"] == ["schema"] and defined["run_path"] == ["schema"]
+
+
+def test_processed_cache_key_covers_every_module_the_analysis_imports() -> None:
+    """The manifest's code hash is built from module objects: every kvqueue module that
+    the analysis reaches (transitively, at top level) must be among them, so moving code
+    into a new module cannot silently stop invalidating the processed tables."""
+    from kvqueue import processed
+
+    graph = _graph(top_level_only=True)
+    reached: set[str] = set()
+    todo = ["analysis"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph.get(name, ()))
+    hashed = {m.__name__.split(".")[-1] for m in processed.CODE_MODULES}
+    # Modules that only supply constants to the analysis are reached through params.
+    assert reached <= hashed | {"errors", "hostinfo", "loader", "upstream", "block", "fast"}, (
+        reached - hashed
+    )
+    assert {"analysis", "rawdata", "stats", "schema", "params"} <= hashed

@@ -1,4 +1,4 @@
-"""The timing worker (``python -m kvqueue.worker``) and the timed cases (DESIGN §4).
+"""The timing worker (``python -m kvqueue.worker``) and the timed cases (docs/design.md §4).
 
 Workers run in subprocesses only: ``run_process`` pins its own process to one CPU, which
 must never happen to the pytest process. Parameters are tiny (64/128-block pools,

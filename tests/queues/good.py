@@ -1,4 +1,4 @@
-"""A correct free-block queue written for the tests from the contract (DESIGN §1).
+"""A correct free-block queue written for the tests from the contract (docs/design.md §1).
 
 The contract is the behaviour of ``kvqueue/fast.py``'s ``FreeKVCacheBlockQueue``: the
 same final state after every valid operation, and the same exception type, message and
