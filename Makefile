@@ -68,8 +68,8 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(VPY) -m ruff format kvqueue tests
 	$(VPY) -m ruff check --fix kvqueue tests
 
-validate: $(STAMP) ## run the validation gate on VARIANTS (first = baseline)
-	$(VPY) -m kvqueue validate --from-env
+validate: $(STAMP) ## run the validation gate of a bench (VARIANTS, AA, GATE_OPS, POOLS) under PYTHON
+	PYTHONPATH="$(CURDIR)" "$${KVQUEUE_PYTHON:-python3}" -m kvqueue validate --from-env
 
 bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
 	@$(VPY) -m kvqueue bench --from-env

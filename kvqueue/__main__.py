@@ -45,15 +45,21 @@ class _OneLineParser(argparse.ArgumentParser):
 def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
-    from kvqueue import loader, validate
+    from kvqueue import child, loader, validate
 
+    child.die_with_parent()  # when started by the runner (a no-op by hand)
     sources = list(args.sources)
     block_source = args.block_source
     if args.from_env:
-        sources = os.environ.get(params.ENV_PREFIX + "VARIANTS", "").split() or list(
-            params.DEFAULT_VARIANTS
-        )
-        block_source = os.environ.get(params.ENV_PREFIX + "BLOCK_SOURCE", "") or None
+        # What `make bench` would gate: its variants (and A/A copy), ops and pool sizes.
+        try:
+            bench = params.from_environment({**os.environ, params.ENV_PREFIX + "HOST": "x"})
+        except BenchInputError as exc:
+            print(f"kvqueue validate: {exc}", file=sys.stderr)
+            return 2
+        sources, block_source = bench.sources, bench.block_source or None
+        args.ops = bench.gate_ops
+        args.sizes = tuple(sorted({params.MIN_POOL, *bench.pools}))
     if not sources:
         print("kvqueue validate: give at least one SOURCE (or --from-env)", file=sys.stderr)
         return 2
@@ -73,7 +79,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     else:
         print(
             f"validation gate: seed {args.seed}, baseline {variants[0].label}, "
-            f"block class from {variants[0].block_src.source}"
+            f"block class from {variants[0].block_src.source}, "
+            f"under {sys.executable} ({sys.version.split()[0]})"
         )
         for result in results:
             print(result.line())
@@ -124,7 +131,8 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--from-env",
         action="store_true",
-        help=f"take the sources from {params.ENV_PREFIX}VARIANTS (how `make validate` passes them)",
+        help=f"gate what `make bench` would gate: {params.ENV_PREFIX}VARIANTS, AA, GATE_OPS, "
+        "POOLS and BLOCK_SOURCE (how `make validate` passes them)",
     )
     p.set_defaults(func=_cmd_validate)
 

@@ -191,15 +191,26 @@ def _read_git(base: str) -> tuple[bytes, str]:
         raise SourceError(f"git ref '{ref}' must not start with '-'")
     if not Path(repo).is_dir():
         raise SourceError(f"git repository '{repo}' does not exist")
+    # Resolve the ref first: HEAD or a branch names a different commit tomorrow, and the
+    # record must say which commit was measured.
+    rev = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    commit = rev.stdout.strip() if rev.returncode == 0 else ""
+    if not commit:
+        raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: no such commit")
     proc = subprocess.run(
-        ["git", "-C", repo, "show", f"{ref}:{upstream.MEMBER}"],
+        ["git", "-C", repo, "show", f"{commit}:{upstream.MEMBER}"],
         capture_output=True,
     )
     if proc.returncode != 0:
         stderr = proc.stderr.decode(errors="replace").strip()
         reason = (stderr.splitlines() or ["git show failed"])[-1]
         raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: {reason}")
-    return proc.stdout, f"{Path(repo).resolve()}@{ref}:{upstream.MEMBER}"
+    where = f"{Path(repo).resolve()}@{commit}:{upstream.MEMBER}"
+    return proc.stdout, where if commit.startswith(ref) else f"{where} (ref {ref})"
 
 
 def _cut_class(text: str, class_name: str, where: str) -> tuple[str, int]:

@@ -26,6 +26,30 @@ REPORT_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "report.ipynb"
 _ERRORS = {"BenchInputError": BenchInputError, "GateRefused": GateRefused}
 
 
+def quiet_kernel_manager_class() -> type:
+    """A jupyter_client kernel manager that keeps the kernel's log lines out of a run.
+
+    - IPC transport instead of TCP: ipykernel warns on every start that TCP runs
+      "without encryption", a line that says nothing about the run.
+    - No interrupt on shutdown: jupyter_client sends SIGINT to a kernel it shuts down,
+      and an idle kernel then logs "KeyboardInterrupt caught in kernel." after a
+      successful run. The kernel is asked to shut down (and killed if it does not).
+    """
+    from jupyter_client import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietKernelManager
+
+
 @contextlib.contextmanager
 def _sigint_goes_to_the_kernel() -> Iterator[type]:
     """Forward Ctrl-C to the kernel while papermill waits for it; yield the manager class.
@@ -37,11 +61,10 @@ def _sigint_goes_to_the_kernel() -> Iterator[type]:
     the runner inside the kernel mark the run ``interrupted`` and end the cell with
     KeyboardInterrupt, which papermill records and reports like any cell error.
     """
-    from jupyter_client import AsyncKernelManager
-
+    quiet = quiet_kernel_manager_class()
     started: list[Any] = []
 
-    class ForwardingKernelManager(AsyncKernelManager):  # type: ignore[misc]
+    class ForwardingKernelManager(quiet):  # type: ignore[misc,valid-type]
         async def _async_post_start_kernel(self, **kw: Any) -> None:
             await super()._async_post_start_kernel(**kw)
             started.append(self)
@@ -56,7 +79,7 @@ def _sigint_goes_to_the_kernel() -> Iterator[type]:
     try:
         previous = signal.signal(signal.SIGINT, forward)
     except ValueError:  # not the main thread: leave Ctrl-C handling as it is
-        yield AsyncKernelManager
+        yield quiet
         return
     try:
         yield ForwardingKernelManager

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, schema, validate
+from kvqueue import child, hostinfo, schema, validate
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.params import MIN_POOL, BenchParams, Checked, check
 from kvqueue.runfiles import RunWriter
@@ -57,23 +57,9 @@ def _worker_env() -> dict[str, str]:
     # there exactly as they did when the parameters were checked.
     env = dict(os.environ)
     env["PYTHONPATH"] = str(hostinfo.PROJECT_DIR)
+    env[child.PARENT_ENV] = str(os.getpid())
     env.pop("PYTHONSTARTUP", None)
     return env
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: be killed when the runner dies, even by ``kill -9``.
-
-    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere the child's own session still
-    lets the runner kill it on a timeout or an interruption.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def run_child(
@@ -97,8 +83,7 @@ def run_child(
         stderr=subprocess.PIPE,
         text=True,
         env=_worker_env(),
-        start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        start_new_session=True,  # see kvqueue.child: it dies with this process
     )
     try:
         out, err = proc.communicate(input_text, timeout=timeout)

@@ -830,10 +830,18 @@ def fetch_release(version: str) -> Path:
 
 def _fetch(version: str, target: Path, verify_existing: bool) -> Path:
     """Download, check and extract; write the record, then the file (see fetch_release)."""
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # e.g. XDG_CACHE_HOME on a read-only or missing mount: say so, not a traceback,
+        # and before asking the index for a 300 MB download that could not be kept.
+        raise FetchError(
+            f"cannot create the release cache {cache_dir()} ({exc.strerror or exc}): "
+            "set XDG_CACHE_HOME to a writable folder"
+        ) from None
     settings = index_settings()
     files = release_files(version, settings)
     net = _Net(settings)
-    cache_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
         wheel = choose_wheel(files)
         if wheel is None:

@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any
 
 from kvqueue import cases as case_mod
-from kvqueue import loader
+from kvqueue import child, loader
 
 # Objects allocated only to shift where the next hot objects land; kept alive on purpose.
 _LAYOUT_PADDING: list[list[bytes]] = []
@@ -240,6 +240,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     """Read the spec from stdin, run, print the result as JSON on stdout."""
+    child.die_with_parent()
     spec = json.load(sys.stdin)
     if sys.flags.optimize:
         # The runner refuses -O up front; this catches a worker started some other way.

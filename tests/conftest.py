@@ -114,3 +114,15 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point ``XDG_CACHE_HOME`` at an empty folder; return the kvqueue cache dir in it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     return tmp_path / "xdg" / "kvqueue"
+
+
+#: Fixtures that start a fresh interpreter: every test using one is marked ``slow``.
+_SUBPROCESS_FIXTURES = {"run_cli"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests that start a subprocess through a shared fixture as ``slow``, so that
+    ``make test-fast`` (``-m "not slow"``) leaves them out without a mark per test."""
+    for item in items:
+        if _SUBPROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

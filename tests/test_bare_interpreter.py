@@ -29,6 +29,7 @@ BARE_MODULES = (
     "kvqueue.params",
     "kvqueue.runner",
     "kvqueue.runfiles",
+    "kvqueue.child",
 )
 
 

@@ -5,6 +5,7 @@ of ``notebooks/bench.ipynb`` (the default path) and through ``make``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,9 @@ from benchutil import (
 
 from kvqueue import __main__ as cli
 from kvqueue import loader, schema, validate
+
+#: Every test here starts worker, gate or CLI processes.
+pytestmark = pytest.mark.slow
 
 # ------------------------------------------------------------------ bad input
 
@@ -357,11 +361,17 @@ def test_sigkill_leaves_whole_processes_and_running_status(tmp_path):
     raw = tmp_path / "raw"
     proc, run_dir = start_and_wait_for_first_process(raw, tmp_path / "stderr.txt")
     workers = children(proc.pid)
+    assert workers, "no worker was running"
     proc.kill()
     proc.wait(timeout=30)
-    for pid in workers:  # orphaned by the hard kill: stop them ourselves
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    # The parent-death signal ends the worker with its runner: no orphan keeps timing.
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in workers if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a worker outlived its killed runner"
     record = check_whole_processes(run_dir, exact=False)
     assert record["status"] == "running"  # never marked complete
     assert record["ended_at"] is None
@@ -426,9 +436,16 @@ def test_quick_run_through_the_bench_notebook(tmp_path):
         "alloc1 remove",
     )
     assert proc.returncode == 0, proc.stderr
+    # A quiet kernel: no transport warning, no stray KeyboardInterrupt log line.
+    assert "without encryption" not in proc.stderr, proc.stderr
+    assert "KeyboardInterrupt" not in proc.stderr, proc.stderr
     run_dir = only_run_dir(raw, "smoke")
     assert tree(run_dir) == ["bench.ipynb", "run.json", "samples.csv"]
     nb = check_notebook_record(run_dir, "smoke", raw)
+    # Sealed: run.json holds the digests of both files as they are on disk.
+    files = read_run_json(run_dir)["files"]
+    for name in ("samples.csv", "bench.ipynb"):
+        assert files[name]["sha256"] == hashlib.sha256((run_dir / name).read_bytes()).hexdigest()
     # The summary table of the last cell names both variants.
     last = "".join(
         "".join(o.get("data", {}).get("text/plain", "")) for o in nb["cells"][-1]["outputs"]

@@ -124,7 +124,10 @@ def test_git_source_by_sha_and_branch(git_repo, good_text, good_path):
     assert by_sha.sha256 == by_branch.sha256 == expected
     assert head.sha256 != expected
     assert by_sha.path == f"{repo.resolve()}@{first}:{upstream.MEMBER}"
-    assert by_branch.path == f"{repo.resolve()}@old:{upstream.MEMBER}"
+    # A branch or HEAD is recorded as the commit it named when it was read.
+    assert by_branch.path == f"{repo.resolve()}@{first}:{upstream.MEMBER} (ref old)"
+    by_head = loader.read_source(f"git:{repo}@HEAD")
+    assert by_head.path == f"{repo.resolve()}@{second}:{upstream.MEMBER} (ref HEAD)"
     assert by_sha.vllm_version is None
     assert by_sha.file_sha256 == sha(good_text)
 

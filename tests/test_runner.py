@@ -32,6 +32,9 @@ from kvqueue import params as kvparams
 from kvqueue import runner, schema
 from kvqueue.errors import BenchError
 
+#: Every test here starts worker, gate or CLI processes.
+pytestmark = pytest.mark.slow
+
 HOST = "unit"
 GATE_OPS = 2_000
 

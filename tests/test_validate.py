@@ -875,6 +875,7 @@ def test_size_check_same_seed_same_result(size_file, baseline):
     assert errors[0] != errors[2]
 
 
+@pytest.mark.slow
 def test_gate_with_sizes_runs_on_a_bare_interpreter():
     """Part 2 needs nothing outside the standard library (``python -I -S``)."""
     code = (
