@@ -34,11 +34,11 @@ AA        ?=
 BLOCK_SOURCE ?=
 RAW_DIR   ?= data/raw
 
-$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench validate: export KVQUEUE_$(v) = $$(value $(v))))
+$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench quick validate: export KVQUEUE_$(v) = $$(value $(v))))
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test-fast lint format validate bench report notebooks clean
+.PHONY: help setup test test-fast lint format validate bench quick report notebooks clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
@@ -73,6 +73,9 @@ validate: $(STAMP) ## run the validation gate of a bench (VARIANTS, AA, GATE_OPS
 
 bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
 	@$(VPY) -m kvqueue bench --from-env
+
+quick: $(STAMP) ## fast A/B loop: gate + paired processes, table in the terminal, nothing written
+	@$(VPY) -m kvqueue quick --from-env
 
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params.py
 	$(VPY) -m kvqueue sync-notebooks

@@ -144,6 +144,23 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _add_param_options(
+    p: argparse.ArgumentParser, defaults: dict[str, object] | None = None, skip: tuple = ()
+) -> None:
+    """One option per :class:`kvqueue.params.BenchParams` field, with its help."""
+    for f in params.bench_fields():
+        if f.name in skip:
+            continue
+        spec = params.spec_of(f)
+        default = (defaults or {}).get(f.name, params.default_of(f))
+        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        help_ = f"{spec.help} [{spec.make}; default: {shown!s}]"
+        if spec.kind == "bool":
+            p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
+        else:
+            p.add_argument(_option(f.name), metavar=spec.make, help=help_)
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
@@ -151,15 +168,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         description="Collect one run of the timing protocol. Every option is also a Make "
         "variable of `make bench` (shown in brackets).",
     )
-    for f in params.bench_fields():
-        spec = params.spec_of(f)
-        default = params.default_of(f)
-        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        help_ = f"{spec.help} [{spec.make}; default: {shown!s}]"
-        if spec.kind == "bool":
-            p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
-        else:
-            p.add_argument(_option(f.name), metavar=spec.make, help=help_)
+    _add_param_options(p)
     p.add_argument(
         "--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR; data/raw]"
     )
@@ -206,6 +215,46 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             notebook_run.run_bench_notebook(checked, raw_dir, run_id)
     except (BenchInputError, GateRefused, BenchError) as exc:
         print(f"make bench: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, BenchInputError) else 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+# ------------------------------------------------------------------ quick
+
+
+def _add_quick(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "quick",
+        help="a fast A/B loop: gate, paired processes, the comparison in the terminal",
+        description="Gate and time the variants with small defaults and print the "
+        "comparison; nothing is written under data/raw (evidence is `make bench`).",
+    )
+    _add_param_options(p, params.QUICK_LOOP_DEFAULTS, skip=("host", "quick"))
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"read the parameters from {params.ENV_PREFIX}<MAKE VARIABLE> (`make quick`)",
+    )
+    p.set_defaults(func=_cmd_quick)
+
+
+def _cmd_quick(args: argparse.Namespace) -> int:
+    names = [f.name for f in params.bench_fields() if f.name not in ("host", "quick")]
+    specs = {f.name: params.spec_of(f) for f in params.bench_fields()}
+    try:
+        if args.from_env:
+            texts = {n: os.environ.get(params.ENV_PREFIX + specs[n].make, "") for n in names}
+            texts = {n: t for n, t in texts.items() if t.strip()}
+        else:
+            texts = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+        given = {n: params.parse_value(n, specs[n], t) for n, t in texts.items()}
+        from kvqueue import quick
+
+        quick.run_quick(quick.quick_params(given))
+    except (BenchInputError, GateRefused, BenchError) as exc:
+        print(f"make quick: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, BenchInputError) else 1
     except KeyboardInterrupt:
         return 130
@@ -285,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
     _add_bench(sub)
+    _add_quick(sub)
     _add_report(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)
@@ -298,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except BenchInputError as exc:
         command = argv[0] if argv and not argv[0].startswith("-") else "kvqueue"
-        prefix = "make bench" if command == "bench" else f"kvqueue {command}"
+        prefix = f"make {command}" if command in ("bench", "quick") else f"kvqueue {command}"
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 2
     return int(args.func(args))

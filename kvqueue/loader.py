@@ -10,7 +10,9 @@ Source strings (docs/design.md §2):
 ``kvqueue:floor``           the check-free lower bound (a *bound*, not a candidate)
 ==========================  ==========================================================
 
-Any source may end in ``::ClassName``. Classes are cut out of the source text with
+Any source may end in ``::ClassName`` and start with a name, ``NAME=SOURCE``
+(``base=git:~/vllm@main``): the name is the variant's label in tables, figures and the
+writeup, and the source is recorded beside it. Classes are cut out of the source text with
 ``ast`` (decorators included) and executed in a fresh module registered in
 ``sys.modules``: upstream's module imports half of vLLM, so it cannot be imported.
 All variants of a run bind ``KVCacheBlock`` to ONE shared block class, so the measured
@@ -24,6 +26,7 @@ import __future__
 
 import ast
 import hashlib
+import re
 import subprocess
 import sys
 import types
@@ -107,6 +110,23 @@ class Variant:
             "block_class_sha256": self.block_src.sha256,
             "is_bound": self.is_bound,
         }
+
+
+#: A variant's name in ``NAME=SOURCE``: short, no '/', no '=' (so it is never a path or a
+#: version pin; ``vllm==0.32.0`` has no name, ``base=vllm==0.32.0`` is named ``base``).
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]{0,39}$")
+
+
+def split_name(text: str) -> tuple[str | None, str]:
+    """Split ``"NAME=SOURCE"`` into ``("NAME", "SOURCE")``; ``(None, text)`` when unnamed.
+
+    A text that is an existing file is never split (a file may be called ``a=b.py``).
+    """
+    name, sep, rest = text.partition("=")
+    named = sep and rest and not rest.startswith("=") and _NAME_RE.match(name)
+    if named and not Path(text).is_file():
+        return name, rest
+    return None, text
 
 
 def split_class(source: str) -> tuple[str, str | None]:
@@ -262,7 +282,7 @@ def _exec_class(cls_src: ClassSource, bindings: dict[str, object]) -> type:
 
 def load_block_class(source: str) -> tuple[type, ClassSource]:
     """Load the ``KVCacheBlock`` class of a source (``kvqueue`` uses ``kvqueue/block.py``)."""
-    base, _ = split_class(source)
+    base, _ = split_class(split_name(source)[1])
     block_src = read_source(base, BLOCK_CLASS)
     return _exec_class(block_src, {}), block_src
 
@@ -281,13 +301,15 @@ def load_variant(
     block
         ``(block_cls, block_source)`` shared by all variants of the run.
     label
-        Name of the variant in the data; defaults to the source string.
+        Name of the variant in the data; defaults to the source's ``NAME=`` or the
+        source string itself.
 
     Raises
     ------
     SourceError
         As :func:`read_source`, or the class lacks a queue method.
     """
+    name, source = split_name(source)
     queue_src = read_source(source)
     cls = _exec_class(queue_src, {BLOCK_CLASS: block[0]})
     missing = [m for m in QUEUE_METHODS if not callable(getattr(cls, m, None))]
@@ -297,7 +319,7 @@ def load_variant(
             + ", ".join(missing)
         )
     return Variant(
-        label=label or source,
+        label=label or name or source,
         source=source,
         queue_cls=cls,
         block_cls=block[0],
@@ -308,12 +330,15 @@ def load_variant(
 
 
 def variant_labels(sources: list[str]) -> list[str]:
-    """Return unique labels: a source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
+    """Return unique labels: the ``NAME=`` of a named source, else the source string; a
+    source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
     seen: dict[str, int] = {}
     labels = []
-    for src in sources:
-        seen[src] = seen.get(src, 0) + 1
-        labels.append(src if seen[src] == 1 else f"{src}#{seen[src]}")
+    for text in sources:
+        name, source = split_name(text)
+        label = name or source
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
     return labels
 
 

@@ -131,6 +131,20 @@ QUICK_OVERRIDES: dict[str, Any] = {
 }
 
 
+#: Defaults of ``make quick`` (the A/B loop of :mod:`kvqueue.quick`): about 15 s on a
+#: 2-vCPU VM for two variants and three cases, the gate (~1 s per variant) included;
+#: 9 processes x 5 samples took 10 s and gave CIs of about ±1 pp on alloc1.
+QUICK_LOOP_DEFAULTS: dict[str, Any] = {
+    "processes": 15,
+    "confirm_processes": 0,
+    "samples": 7,
+    "sample_ms": 10.0,
+    "pools": (2048,),
+    "cases": ("alloc1", "alloc2", "mix"),
+    "gate_ops": 10_000,
+}
+
+
 def bench_fields() -> list[Any]:
     """The fields of :class:`BenchParams`, in order."""
     return list(fields(BenchParams))
@@ -353,6 +367,15 @@ def check_variant_texts(p: BenchParams) -> None:
     for source in (*p.variants, p.block_source):
         if any(not ch.isprintable() for ch in source):
             raise BenchInputError(f"variant source {source!r} holds a control character")
+    named: dict[str, str] = {}
+    for text in p.variants:
+        name, source = loader.split_name(text)
+        label = name or source
+        if label in named:
+            raise BenchInputError(
+                f"two variants are both called {label!r} ({named[label]} and {source})"
+            )
+        named[label] = source
 
 
 # ------------------------------------------------------------------ checks (processes)

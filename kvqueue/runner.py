@@ -205,7 +205,7 @@ def phase_cases(params: BenchParams, phase: str) -> list[str]:
     return [c for c in params.confirm_cases if c in params.cases] or list(params.confirm_cases)
 
 
-def _process_plan(params: BenchParams) -> list[tuple[str, int, int]]:
+def process_plan(params: BenchParams) -> list[tuple[str, int, int]]:
     """(phase, process number, seed) for every process, seeded by the run seed."""
     rng = random.Random(params.seed)
     plan = [("main", i, rng.getrandbits(32)) for i in range(1, params.processes + 1)]
@@ -262,7 +262,7 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
     machine = hostinfo.machine_info()
     run_id = run_id or schema.new_run_id(py["tag"])
     labels = params.labels
-    plan = _process_plan(params)
+    plan = process_plan(params)
     record: dict[str, Any] = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -320,23 +320,7 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
     )
     try:
         for done, (phase, number, seed) in enumerate(plan):
-            spec = {
-                "sources": params.sources,
-                "labels": labels,
-                "block_source": params.block_source or None,
-                "expected_sha256": expected,
-                "cases": phase_cases(params, phase),
-                "pools": list(params.pools),
-                "samples": params.samples,
-                "sample_ms": params.sample_ms,
-                "seed": seed,
-                "case_seed": params.seed,
-                "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),
-                "gc": params.gc,
-            }
-            spec_cases: list[str] = spec["cases"]
-            spec |= {"phase": phase, "process": number}
-            result = _run_worker(params.python, spec, worker_timeout(params, spec_cases))
+            result = run_process(params, phase, number, seed, expected)
             info = {
                 "phase": phase,
                 "process": number,
@@ -371,6 +355,40 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
     writer.save("complete")
     print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return writer.dir
+
+
+def run_process(
+    params: BenchParams, phase: str, number: int, seed: int, expected: dict[str, str]
+) -> dict[str, Any]:
+    """Run worker process ``number`` of ``phase`` and return its parsed result.
+
+    Parameters
+    ----------
+    params
+        Checked parameters.
+    phase, number, seed
+        One entry of :func:`process_plan`.
+    expected
+        Variant label -> class sha256 as the gate saw it (the worker refuses a change).
+    """
+    cases = phase_cases(params, phase)
+    spec = {
+        "sources": params.sources,
+        "labels": params.labels,
+        "block_source": params.block_source or None,
+        "expected_sha256": expected,
+        "cases": cases,
+        "pools": list(params.pools),
+        "samples": params.samples,
+        "sample_ms": params.sample_ms,
+        "seed": seed,
+        "case_seed": params.seed,
+        "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),
+        "gc": params.gc,
+        "phase": phase,
+        "process": number,
+    }
+    return _run_worker(params.python, spec, worker_timeout(params, cases))
 
 
 def worker_timeout(params: BenchParams, cases: list[str]) -> float:

@@ -469,3 +469,29 @@ def test_no_sources():
     with pytest.raises(loader.SourceError) as info:
         loader.load_variants([])
     assert_one_line_source_error(info, "no variant sources")
+
+
+# ------------------------------------------------------------------ named variants
+
+
+def test_a_name_labels_a_source_and_the_source_is_recorded_beside_it(good_path):
+    assert loader.split_name("base=kvqueue") == ("base", "kvqueue")
+    assert loader.split_name("vllm==0.32.0") == (None, "vllm==0.32.0")
+    assert loader.split_name("new=vllm==0.32.0") == ("new", "vllm==0.32.0")
+    assert loader.split_name("./a=b.py") == (None, "./a=b.py")  # a path, not a name
+    assert loader.split_name("git:/r@main") == (None, "git:/r@main")
+    labels = loader.variant_labels(["base=kvqueue", f"mine={good_path}", "base=kvqueue"])
+    assert labels == ["base", "mine", "base#2"]
+    variants = loader.load_variants(["base=kvqueue", f"mine={good_path}"])
+    assert [v.label for v in variants] == ["base", "mine"]
+    assert [v.source for v in variants] == ["kvqueue", str(good_path)]
+    prov = variants[1].provenance()
+    assert prov["label"] == "mine" and prov["source"] == str(good_path)
+
+
+def test_a_file_whose_name_holds_an_equals_sign_stays_a_file(tmp_path, good_text):
+    odd = tmp_path / "a=b.py"
+    odd.write_text(good_text, encoding="utf-8")
+    assert loader.split_name(str(odd)) == (None, str(odd))
+    (variant,) = loader.load_variants([str(odd)])
+    assert variant.label == str(odd)

@@ -225,3 +225,10 @@ def test_processed_cache_key_covers_every_module_the_analysis_imports() -> None:
         reached - hashed
     )
     assert {"analysis", "rawdata", "stats", "schema", "params"} <= hashed
+
+
+def test_two_variants_with_one_name_are_refused() -> None:
+    with pytest.raises(params.BenchInputError, match="two variants are both called 'x'"):
+        params.make_params(host="h", variants=["x=kvqueue", "x=kvqueue:floor"])
+    p = params.make_params(host="h", variants=["base=kvqueue", "bound=kvqueue:floor"], aa=True)
+    assert p.labels == ["base", "bound", "base#2"]

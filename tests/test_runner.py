@@ -147,7 +147,7 @@ def test_run_json_parameters_and_seeds(complete_run):
     by_process = {(p["phase"], p["process"]): p["seed"] for p in record["process_info"]}
     assert by_process == {("main", 1): main[0], ("main", 2): main[1], ("confirm", 1): confirm[0]}
     # Seeded by the run seed: the same seed plans the same process seeds.
-    plan = runner._process_plan(params)
+    plan = runner.process_plan(params)
     assert [s for _, _, s in plan] == main + confirm
 
 
