@@ -84,7 +84,10 @@ RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 # The folders too: removing a run folder changes its host folder's mtime (and removing a
 # host folder changes data/raw's), so the report is rebuilt without the removed run.
 RAW_FOLDERS  := $(wildcard data/raw) $(wildcard data/raw/*/)
-REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(wildcard kvqueue/*.py) notebooks/report.ipynb
+# And git's index: the report shows whether each run is committed and unmodified.
+GIT_STATE    := $(wildcard .git/index .git/HEAD)
+REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvqueue/*.py) \
+                notebooks/report.ipynb
 REPORT_HTML  := reports/report.html
 
 report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and reports/pr-writeup.md from data/raw

@@ -5,10 +5,15 @@
 caching them is :mod:`kvqueue.processed`'s job. Tables (one row per ...):
 
 ``runs``
-    run found, complete or not; ``headline`` marks the newest complete run per
-    host x interpreter (the one the headline tables show).
+    run found, complete or not; ``included`` marks the runs the statistics use
+    (complete, not altered: see :mod:`kvqueue.rawdata`); ``headline`` the run per
+    host x interpreter that the headline tables show (:func:`headline_runs`);
+    ``integrity``, ``git_state``, ``protocol`` and ``warnings`` say how far the run can be
+    trusted (``note`` says why a run is left out or not a headline run).
 ``variants``
-    variant of a run, with provenance (source, sha256s, gate result).
+    variant of a run, with provenance (source, sha256s, gate result) and, for a
+    release, ``release_check``: whether every run in the raw data measured the same file
+    under that release's name.
 ``process_medians``
     (cell, variant, process): median, mean and CV of its samples.
 ``ratios``
@@ -26,7 +31,8 @@ with ``kind`` ``"pair"`` or ``"aa"`` (an A/A duplicate ``X#2`` vs ``X``: the noi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -110,12 +116,177 @@ def _recency(run: rawdata.Run) -> tuple[float, str]:
     return (run.started.timestamp() if run.started else float("-inf"), run.run_id)
 
 
-def _runs_table(raw: rawdata.RawData) -> pd.DataFrame:
-    newest: dict[tuple[str, str], rawdata.Run] = {}
-    for run in raw.complete:
+#: :func:`protocol` of a run that measured the full protocol.
+FULL = "full"
+#: Pools and cases that a run must cover to be of the full protocol (the defaults of
+#: ``make bench``).
+FULL_POOLS = schema.POOLS
+FULL_CASES = schema.CASES
+
+
+def protocol(run: rawdata.Run) -> str:
+    """What a run measured, as one phrase: :data:`FULL` or why it is not the full protocol.
+
+    The *full protocol* is: not ``quick``, at least :data:`kvqueue.stats.MIN_PROCESSES`
+    main-phase processes (fewer give no CI), and pools and main-phase cases that include
+    the defaults :data:`FULL_POOLS` and :data:`FULL_CASES` (more is fine).
+
+    Returns
+    -------
+    str
+        ``"full"``, ``"quick (smoke run)"``, ``"too few processes (2 < 6)"`` or
+        ``"reduced (pools 2048 only; cases alloc1 mix only)"``.
+    """
+    params = run.meta.get("parameters") or {}
+    if params.get("quick") is True:
+        return "quick (smoke run)"
+    processes = params.get("processes")
+    if not isinstance(processes, int) or processes < stats.MIN_PROCESSES:
+        return f"too few processes ({processes} < {stats.MIN_PROCESSES})"
+    pools = params.get("pools") if isinstance(params.get("pools"), list) else []
+    cases = params.get("cases") if isinstance(params.get("cases"), list) else []
+    short = []
+    if not set(FULL_POOLS) <= set(pools):
+        short.append(f"pools {' '.join(map(str, pools)) or 'none'} only")
+    if not set(FULL_CASES) <= set(cases):
+        short.append(f"cases {' '.join(map(str, cases)) or 'none'} only")
+    return f"reduced ({'; '.join(short)})" if short else FULL
+
+
+def _reduced(text: str) -> bool:
+    return text.startswith("reduced")
+
+
+def headline_runs(raw: rawdata.RawData) -> dict[tuple[str, str], rawdata.Run]:
+    """The headline run of each host x interpreter: ``{(host, interpreter): run}``.
+
+    Rule: among the *included* runs (complete, not altered), the newest run of the full
+    protocol (:func:`protocol`) per host x interpreter. A host x interpreter without any
+    full-protocol run takes its newest *reduced* run (not quick, enough processes, fewer
+    pools or cases than the defaults), and its ``note`` says so; a newer reduced run never
+    displaces a full-protocol one. Quick runs and runs with fewer than
+    :data:`kvqueue.stats.MIN_PROCESSES` processes are never headline runs (their rows
+    stay in the processed tables, outside the headline tables).
+    """
+    best: dict[tuple[str, str], tuple[bool, tuple[float, str], rawdata.Run]] = {}
+    for run in raw.included:
+        kind = protocol(run)
+        if kind != FULL and not _reduced(kind):
+            continue
+        rank = (kind == FULL, _recency(run))
         key = (run.host, run.interpreter)
-        if key not in newest or _recency(run) > _recency(newest[key]):
-            newest[key] = run
+        if key not in best or rank > best[key][:2]:
+            best[key] = (*rank, run)
+    return {key: value[2] for key, value in best.items()}
+
+
+def _host_warnings(raw: rawdata.RawData) -> dict[str, str]:
+    """``{host: warning}`` for host labels whose runs report more than one CPU model."""
+    models: dict[str, dict[str, int]] = {}
+    for run in raw.runs:
+        model = (run.meta.get("machine") or {}).get("cpu_model")
+        if model is not None:
+            counts = models.setdefault(run.host, {})
+            counts[str(model)] = counts.get(str(model), 0) + 1
+    out = {}
+    for host, counts in models.items():
+        if len(counts) > 1:
+            listed = ", ".join(
+                f"{m} ({n} run{'s' if n > 1 else ''})" for m, n in sorted(counts.items())
+            )
+            out[host] = f"host label {host} has runs on {len(counts)} CPU models: {listed}"
+    return out
+
+
+def release_digests(raw: rawdata.RawData) -> dict[str, dict[str, int]]:
+    """``{vllm_version: {file_sha256: number of runs}}`` over every run in the raw data.
+
+    A release is one file: two digests under one release name mean that one of the runs
+    measured a modified file under the release's name (no network needed).
+    """
+    out: dict[str, dict[str, int]] = {}
+    for run in raw.runs:
+        seen = set()
+        for var in run.meta["variants"]:
+            version, digest = var.get("vllm_version"), var.get("file_sha256")
+            if version and digest and (version, digest) not in seen:
+                seen.add((version, digest))
+                counts = out.setdefault(str(version), {})
+                counts[str(digest)] = counts.get(str(digest), 0) + 1
+    return out
+
+
+def _release_warning(version: str, digest: str, counts: dict[str, int]) -> str:
+    others = ", ".join(
+        f"{d[:12]} in {n} run{'s' if n > 1 else ''}" for d, n in sorted(counts.items())
+    )
+    return (
+        f"vllm=={version} measured as {digest[:12]} here, but the raw data holds "
+        f"{len(counts)} different files under that release ({others}): one is not the "
+        "release's file"
+    )
+
+
+#: ``git_state`` of a run folder whose files differ from their commit.
+GIT_MODIFIED = "modified"
+
+
+def _run_warnings(
+    run: rawdata.Run,
+    host_warnings: dict[str, str],
+    digests: dict[str, dict[str, int]],
+    git_state: str | None,
+) -> Any:
+    found = []
+    if git_state == GIT_MODIFIED and not run.complete:
+        # A complete run in this state is left out as altered (with_git_state).
+        found.append("raw files modified since their git commit")
+    if run.host in host_warnings:
+        found.append(host_warnings[run.host])
+    seen = set()
+    for var in run.meta["variants"]:
+        version, digest = var.get("vllm_version"), var.get("file_sha256")
+        conflict = version and digest and len(digests.get(version, {})) > 1
+        if conflict and (version, digest) not in seen:
+            seen.add((version, digest))
+            found.append(_release_warning(str(version), str(digest), digests[version]))
+    return "; ".join(found) if found else pd.NA
+
+
+def _note(run: rawdata.Run, kind: str, headline: bool, has_full: bool) -> str:
+    if not run.complete:
+        return f"left out: status {run.status}"
+    if run.altered is not None:
+        return f"left out: altered: {run.altered}"
+    if headline:
+        if kind == FULL:
+            return "headline"
+        return "headline (reduced protocol: this host × interpreter has no full-protocol run)"
+    if kind == FULL or (_reduced(kind) and not has_full):
+        return "older run (not in the headline tables)"
+    return f"not in the headline tables: {kind}"
+
+
+def runs_table(raw: rawdata.RawData, git_states: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The ``runs`` table: one row per run found (see the module docstring).
+
+    Parameters
+    ----------
+    raw
+        Output of :func:`kvqueue.rawdata.read_raw`.
+    git_states
+        ``{"<host>/<run_id>": state}`` (``committed``, ``modified``, ``untracked``,
+        ``no git``), found by :mod:`kvqueue.processed`; missing: the column is empty.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    raw = with_git_state(raw, git_states)  # idempotent: analyze applied it already
+    heads = headline_runs(raw)
+    full_keys = {(r.host, r.interpreter) for r in raw.included if protocol(r) == FULL}
+    host_warnings = _host_warnings(raw)
+    digests = release_digests(raw)
     rows = []
     for run in raw.runs:
         m = run.meta
@@ -123,13 +294,10 @@ def _runs_table(raw: rawdata.RawData) -> pd.DataFrame:
         planned = m.get("processes_planned") or {}
         completed = m.get("processes_completed") or {}
         info = m.get("process_info") or []
-        headline = run.complete and newest[(run.host, run.interpreter)] is run
-        if not run.complete:
-            note = f"left out: status {run.status}"
-        elif headline:
-            note = "headline"
-        else:
-            note = "older run (not in the headline tables)"
+        key = (run.host, run.interpreter)
+        headline = heads.get(key) is run
+        kind = protocol(run)
+        git = (git_states or {}).get(f"{run.host}/{run.run_id}")
         base_var = next(v for v in m["variants"] if v["label"] == m["baseline"])
         rows.append(
             {
@@ -137,9 +305,13 @@ def _runs_table(raw: rawdata.RawData) -> pd.DataFrame:
                 "interpreter": run.interpreter,
                 "run_id": run.run_id,
                 "status": run.status,
-                "included": run.complete,
+                "included": run.included,
                 "headline": headline,
-                "note": note,
+                "note": _note(run, kind, headline, key in full_keys),
+                "integrity": _none_to_na(run.integrity),
+                "git_state": _none_to_na(git),
+                "protocol": kind,
+                "warnings": _run_warnings(run, host_warnings, digests, git),
                 "started_at": _none_to_na(m.get("started_at")),
                 "ended_at": _none_to_na(m.get("ended_at")),
                 "python_implementation": _none_to_na(py.get("implementation")),
@@ -187,7 +359,21 @@ def _runs_table(raw: rawdata.RawData) -> pd.DataFrame:
     return conform(pd.DataFrame(rows), "runs", sort=["host", "interpreter", "run_id"])
 
 
-def _variants_table(raw: rawdata.RawData) -> pd.DataFrame:
+def _release_check(variant: dict[str, Any], digests: dict[str, dict[str, int]]) -> Any:
+    version, digest = variant.get("vllm_version"), variant.get("file_sha256")
+    if not version:
+        return pd.NA
+    counts = digests.get(str(version), {})
+    if not digest:
+        return "no file_sha256 recorded"
+    if len(counts) > 1:
+        return "conflict: " + _release_warning(str(version), str(digest), counts)
+    return "consistent"
+
+
+def variants_table(raw: rawdata.RawData) -> pd.DataFrame:
+    """The ``variants`` table: one row per variant of every run found (module docstring)."""
+    digests = release_digests(raw)
     rows = []
     for run in raw.runs:
         for pos, v in enumerate(run.meta["variants"]):
@@ -203,6 +389,7 @@ def _variants_table(raw: rawdata.RawData) -> pd.DataFrame:
                     "vllm_version": _none_to_na(v.get("vllm_version")),
                     "class_sha256": _none_to_na(v.get("class_sha256")),
                     "file_sha256": _none_to_na(v.get("file_sha256")),
+                    "release_check": _release_check(v, digests),
                     "block_source": _none_to_na(v.get("block_source")),
                     "block_class_sha256": _none_to_na(v.get("block_class_sha256")),
                     "is_bound": bool(v.get("is_bound", False)),
@@ -216,8 +403,8 @@ def _variants_table(raw: rawdata.RawData) -> pd.DataFrame:
 
 def _all_samples(raw: rawdata.RawData) -> pd.DataFrame:
     frames = []
-    for run in raw.complete:
-        assert run.samples is not None  # complete runs always carry samples
+    for run in raw.included:
+        assert run.samples is not None  # included runs always carry samples
         df = run.samples.copy()
         df.insert(0, "host", run.host)
         df.insert(1, "interpreter", run.interpreter)
@@ -273,8 +460,34 @@ def _of_run(df: pd.DataFrame, run: rawdata.Run) -> pd.DataFrame:
     return df[(df["host"] == run.host) & (df["run_id"] == run.run_id)]
 
 
-def analyze(raw: rawdata.RawData, settings: ReportSettings) -> dict[str, pd.DataFrame]:
+def with_git_state(raw: rawdata.RawData, git_states: Mapping[str, str] | None) -> rawdata.RawData:
+    """``raw`` with every complete run whose folder differs from its git commit altered.
+
+    Raw data is write-once and committed: a committed run folder whose files no longer
+    match the commit was edited. For a sealed run the digests say so already; for an
+    unsealed (schema-1) run, such as every run committed before digests existed, git is
+    the only witness (scaling its ns by 0.7 moved a headline from 19.8 % to 43.8 %).
+    """
+    if not git_states:
+        return raw
+    runs = []
+    for run in raw.runs:
+        state = git_states.get(f"{run.host}/{run.run_id}")
+        if state == GIT_MODIFIED and run.complete and run.altered is None:
+            run = replace(run, altered="raw files differ from their git commit")
+        runs.append(run)
+    return replace(raw, runs=tuple(runs))
+
+
+def analyze(
+    raw: rawdata.RawData,
+    settings: ReportSettings,
+    git_states: Mapping[str, str] | None = None,
+) -> dict[str, pd.DataFrame]:
     """Compute every processed table from checked raw runs (no I/O).
+
+    Only the included runs (complete, not altered) enter the statistics; every run found
+    is a row of ``runs`` and its variants rows of ``variants``.
 
     Parameters
     ----------
@@ -282,6 +495,8 @@ def analyze(raw: rawdata.RawData, settings: ReportSettings) -> dict[str, pd.Data
         Output of :func:`kvqueue.rawdata.read_raw`.
     settings
         Pairs, bootstrap settings and the verdict band.
+    git_states
+        Git state of each run folder (see :func:`runs_table`).
 
     Returns
     -------
@@ -289,8 +504,9 @@ def analyze(raw: rawdata.RawData, settings: ReportSettings) -> dict[str, pd.Data
         Table name (a key of :data:`kvqueue.schema.PROCESSED_TABLES`) -> its rows.
     """
     boot = settings.bootstrap()
-    runs = _runs_table(raw)
-    variants = _variants_table(raw)
+    raw = with_git_state(raw, git_states)
+    runs = runs_table(raw, git_states)
+    variants = variants_table(raw)
     headline_runs = runs.loc[runs["headline"].fillna(False), ["host", "run_id"]]
     headline_ids = set(headline_runs.itertuples(index=False, name=None))
     samples = _all_samples(raw)
@@ -299,7 +515,7 @@ def analyze(raw: rawdata.RawData, settings: ReportSettings) -> dict[str, pd.Data
 
     # Paired per-process ratios of every comparison in every complete run.
     ratio_frames = []
-    for run in raw.complete:
+    for run in raw.included:
         bound = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
         labels = [v["label"] for v in run.meta["variants"]]
         run_medians = _of_run(medians, run)
@@ -393,7 +609,7 @@ def _floor_gap_rows(
     """Gap closed towards each lower bound, for every compared pair of a run with one."""
     cell = list(CELL)
     rows: list[dict[str, Any]] = []
-    for run in raw.complete:
+    for run in raw.included:
         bounds = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
         if not bounds:
             continue

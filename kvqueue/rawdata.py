@@ -4,12 +4,31 @@ Every problem is raised as :class:`RawDataError` whose message is ONE line that 
 with the offending file, so ``make report`` can print it and stop. Runs whose status is
 not ``"complete"`` are kept aside (their ``samples.csv`` may be cut short and is not
 read) so the report can name them.
+
+Integrity of a complete run (:attr:`Run.integrity`, :attr:`Run.altered`):
+
+- its files are checked against the digests that ``run.json`` records (schema 2, see
+  :mod:`kvqueue.runfiles`): the sha256 and row count of ``samples.csv``, the sha256 of
+  ``bench.ipynb`` when one is recorded. A ``bench.ipynb`` without a recorded digest is
+  noted (``notebook not sealed``), not held against the run. Schema-1 runs record no
+  digests: they are ``unsealed (schema 1)``;
+- its samples are checked against its own plan (:func:`plan_problem`): processes x
+  phases x cases x pools x variants x samples, no gaps, nothing extra, process numbers
+  ``1..processes_completed`` per phase, each round's order positions a permutation.
+
+A run that fails either check is *altered*: it stays in :attr:`RawData.runs` (so the
+report names it, with the reason) but out of :attr:`RawData.included`, so out of every
+statistic. A run id that appears in two folders, or two complete runs with
+byte-identical ``samples.csv``, is a :class:`RawDataError` naming both folders (a copied
+run must never count as an independent one).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +41,22 @@ from kvqueue import schema
 
 RUN_JSON = schema.RUN_JSON
 SAMPLES_CSV = schema.SAMPLES_CSV
+BENCH_NOTEBOOK = schema.BENCH_NOTEBOOK
 COMPLETE = "complete"
+
+#: :attr:`Run.integrity` of a run whose files match the digests its ``run.json`` records.
+SEALED = "sealed"
+#: ... of such a run whose ``bench.ipynb`` has no recorded digest (noted, not held
+#: against the run: the notebook is the run's record, not its data).
+SEALED_NOTEBOOK_UNSEALED = "sealed (notebook not sealed)"
+#: ... of a schema-1 run (recorded no digests; only the plan checks apply).
+UNSEALED_V1 = "unsealed (schema 1)"
+#: ... of a schema-2 ``run.json`` without ``files`` (the runner always writes it, so this
+#: is a hand-made or stripped record; only the plan checks apply).
+UNSEALED_NO_DIGESTS = "unsealed (run.json records no digests)"
+#: Prefix of :attr:`Run.integrity` of an altered run (the reason follows).
+ALTERED = "altered: "
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 _INT_COLUMNS = ("process", "pool", "sample", "order_position", "loops", "ops_per_loop", "ns_total")
 _FLOAT_COLUMNS = ("ns_per_cycle",)
@@ -50,12 +84,23 @@ class Run:
         The parsed ``run.json``.
     samples
         Checked samples (columns :data:`schema.SAMPLE_COLUMNS`), or ``None`` for a run
-        that is not complete.
+        that is not complete (or whose ``samples.csv`` does not match its digest).
+    integrity
+        For a complete run: :data:`SEALED`, :data:`SEALED_NOTEBOOK_UNSEALED`,
+        :data:`UNSEALED_V1`, :data:`UNSEALED_NO_DIGESTS` or :data:`ALTERED` + reason;
+        ``None`` for a run that is not complete (its files are not checked).
+    altered
+        Why the run's files disagree with its ``run.json`` (one line), or ``None``.
+    samples_sha256
+        sha256 of ``samples.csv`` as read (complete runs).
     """
 
     path: Path
     meta: dict[str, Any]
     samples: pd.DataFrame | None
+    integrity: str | None = None
+    altered: str | None = None
+    samples_sha256: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -74,8 +119,13 @@ class Run:
 
     @property
     def complete(self) -> bool:
-        """Whether every planned process finished."""
+        """Whether every planned process finished (``status`` is ``complete``)."""
         return self.status == COMPLETE
+
+    @property
+    def included(self) -> bool:
+        """Whether the run enters the analysis: complete and not altered."""
+        return self.complete and self.altered is None and self.samples is not None
 
     @property
     def interpreter(self) -> str:
@@ -100,13 +150,18 @@ class RawData:
 
     @property
     def complete(self) -> tuple[Run, ...]:
-        """Runs that enter the analysis."""
+        """Runs whose status is ``complete`` (altered ones included)."""
         return tuple(r for r in self.runs if r.complete)
 
     @property
+    def included(self) -> tuple[Run, ...]:
+        """Runs that enter the analysis: complete and not altered."""
+        return tuple(r for r in self.runs if r.included)
+
+    @property
     def left_out(self) -> tuple[Run, ...]:
-        """Runs left out because their status is not ``complete``."""
-        return tuple(r for r in self.runs if not r.complete)
+        """Runs left out: not complete, or altered."""
+        return tuple(r for r in self.runs if not r.included)
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,9 +215,32 @@ def read_raw(raw_dir: Path | str) -> RawData:
     Raises
     ------
     RawDataError
-        On the first missing or malformed file.
+        On the first missing or malformed file; when a run id is in two folders (any
+        hosts) or two complete runs have byte-identical ``samples.csv`` (a copied run).
     """
-    return RawData(tuple(read_run(d) for d in run_dirs(raw_dir)))
+    dirs = run_dirs(raw_dir)
+    first_of: dict[str, Path] = {}
+    for d in dirs:
+        if d.name in first_of:
+            raise RawDataError(
+                d,
+                f"run id {d.name} appears twice in the raw data: folders {first_of[d.name]} "
+                f"and {d} (a copied run; a run id must be unique across hosts)",
+            )
+        first_of[d.name] = d
+    runs = tuple(read_run(d) for d in dirs)
+    by_digest: dict[str, Run] = {}
+    for run in runs:
+        if run.samples_sha256 is None:
+            continue
+        other = by_digest.setdefault(run.samples_sha256, run)
+        if other is not run:
+            raise RawDataError(
+                run.path / SAMPLES_CSV,
+                f"byte-identical to {other.path / SAMPLES_CSV}: folders {other.path} and "
+                f"{run.path} hold the same samples (a copied run)",
+            )
+    return RawData(runs)
 
 
 def read_run(run_dir: Path | str) -> Run:
@@ -181,6 +259,8 @@ def read_run(run_dir: Path | str) -> Run:
     ------
     RawDataError
         If ``run.json`` is missing or malformed, or a complete run's ``samples.csv`` is.
+        Files that disagree with the run's digests or plan are not an error: the run
+        comes back *altered* (see the module docstring).
     """
     run_dir = Path(run_dir)
     meta = read_run_json(run_dir / RUN_JSON)
@@ -192,8 +272,46 @@ def read_run(run_dir: Path | str) -> Run:
         )
     if meta["status"] != COMPLETE:
         return Run(run_dir, meta, None)
-    samples = read_samples(run_dir / SAMPLES_CSV, meta)
-    return Run(run_dir, meta, samples)
+    path = run_dir / SAMPLES_CSV
+    _require(path.is_file(), path, "missing (a complete run needs its samples)")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    integrity, problem = _check_digests(run_dir, meta, digest)
+    if problem is not None:
+        # The file is not the one the run wrote: never parse it into the analysis.
+        return Run(run_dir, meta, None, ALTERED + problem, problem, digest)
+    samples = read_samples(path, meta)
+    recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(SAMPLES_CSV) or {}).get("rows")
+    if recorded_rows is not None and recorded_rows != len(samples):
+        problem = f"samples.csv has {len(samples):,} rows, run.json records {recorded_rows:,}"
+    else:
+        problem = plan_problem(meta, samples)
+    if problem is not None:
+        return Run(run_dir, meta, samples, ALTERED + problem, problem, digest)
+    return Run(run_dir, meta, samples, integrity, None, digest)
+
+
+def _check_digests(
+    run_dir: Path, meta: dict[str, Any], samples_sha256: str
+) -> tuple[str, str | None]:
+    """``(integrity, problem)``: the run's files against the digests ``run.json`` records."""
+    files = meta.get(schema.FILES_KEY)
+    if files is None:
+        return (UNSEALED_V1 if meta["schema_version"] < 2 else UNSEALED_NO_DIGESTS), None
+    sealed = files.get(SAMPLES_CSV)
+    if sealed is None:
+        return SEALED, "run.json records no digest of samples.csv"
+    if sealed["sha256"] != samples_sha256:
+        return SEALED, "samples.csv sha256 differs from run.json (edited after the run)"
+    notebook = run_dir / BENCH_NOTEBOOK
+    nb_sealed = files.get(BENCH_NOTEBOOK)
+    if nb_sealed is None:
+        return (SEALED_NOTEBOOK_UNSEALED if notebook.is_file() else SEALED), None
+    if not notebook.is_file():
+        return SEALED, "bench.ipynb is missing, run.json records its sha256"
+    if hashlib.sha256(notebook.read_bytes()).hexdigest() != nb_sealed["sha256"]:
+        return SEALED, "bench.ipynb sha256 differs from run.json (edited after the run)"
+    return SEALED, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -335,9 +453,161 @@ def read_run_json(path: Path | str) -> dict[str, Any]:
                 path,
                 f"parameters.{key} must be a number",
             )
-        for key in ("pools", "cases"):
-            _require(isinstance(params.get(key), list), path, f"parameters.{key} must be a list")
+        for key, kind in (("pools", int), ("cases", str), ("confirm_cases", str)):
+            value = params.get(key)
+            if key == "confirm_cases" and value is None:
+                continue  # optional: the runner's default applies
+            _require(
+                isinstance(value, list)
+                and all(isinstance(v, kind) and not isinstance(v, bool) for v in value),
+                path,
+                f"parameters.{key} must be a list of {'integers' if kind is int else 'strings'}",
+            )
+    _check_files_entry(meta, path)
     return meta
+
+
+def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
+    """Check the shape of ``files`` (the digests, schema 2) when it is present."""
+    files = meta.get(schema.FILES_KEY)
+    if files is None:
+        return
+    _require(isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object")
+    for name in (SAMPLES_CSV, BENCH_NOTEBOOK):
+        entry = files.get(name)
+        if entry is None:
+            continue
+        where = f"{schema.FILES_KEY}.{name}"
+        _require(isinstance(entry, dict), path, f"{where} must be an object")
+        _require(
+            isinstance(entry.get("sha256"), str) and bool(_SHA256_RE.fullmatch(entry["sha256"])),
+            path,
+            f"{where}.sha256 must be a hex sha256",
+        )
+        if name == SAMPLES_CSV:
+            rows = entry.get("rows")
+            _require(
+                isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0,
+                path,
+                f"{where}.rows must be a whole number",
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# the run's plan
+
+
+def planned_cases(meta: dict[str, Any], phase: str) -> list[str]:
+    """The cases that one process of ``phase`` timed, by the run's own parameters.
+
+    ``main`` times ``parameters.cases``. ``confirm`` times ``parameters.confirm_cases`` as
+    recorded from schema 2 on (the runner records the effective list); a schema-1 run
+    recorded the list as given, so the rule of :func:`kvqueue.runner.phase_cases` is
+    replayed: the confirmation cases that the run measured, or all of them when it
+    measured none (a missing list is the default :data:`kvqueue.schema.CONFIRM_CASES`).
+    """
+    params = meta["parameters"]
+    cases = list(params["cases"])
+    if phase == "main":
+        return cases
+    confirm = params.get("confirm_cases")
+    confirm = list(schema.CONFIRM_CASES if confirm is None else confirm)
+    if meta["schema_version"] >= 2:
+        return confirm
+    return [c for c in confirm if c in cases] or confirm
+
+
+def _numbers(values: Any) -> str:
+    """``1-8, 12``: sorted whole numbers as ranges."""
+    runs: list[list[int]] = []
+    for n in sorted({int(v) for v in values}):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
+def plan_problem(meta: dict[str, Any], samples: pd.DataFrame) -> str | None:
+    """How a complete run's samples disagree with its own plan, or ``None``.
+
+    The plan: for each phase, processes ``1..processes_completed[phase]`` (which must
+    equal ``processes_planned[phase]``, the run being complete), each timing every case
+    of :func:`planned_cases` x every pool of ``parameters.pools`` x every variant x
+    samples ``0..parameters.samples - 1``, once; in each sample round the variants take
+    the order positions ``0..n_variants - 1`` once each.
+
+    Parameters
+    ----------
+    meta
+        The run's checked ``run.json``.
+    samples
+        Its checked samples (:func:`read_samples`: known phases, cases and variants, no
+        duplicate sample).
+
+    Returns
+    -------
+    str or None
+        One line naming the first disagreement.
+    """
+    params = meta["parameters"]
+    labels = [v["label"] for v in meta["variants"]]
+    pools = set(params["pools"])
+    n_samples = int(params["samples"])
+    planned, completed = meta["processes_planned"], meta["processes_completed"]
+    for phase in schema.PHASES:
+        want, done = planned.get(phase) or 0, completed.get(phase) or 0
+        if done != want:
+            return (
+                f"status complete, but run.json counts {done} of {want} planned "
+                f"{phase} processes as completed"
+            )
+    for phase in schema.PHASES:
+        rows = samples[samples["phase"] == phase]
+        done = completed.get(phase) or 0
+        have = set(rows["process"].unique().tolist())
+        if have != set(range(1, done + 1)):
+            return (
+                f"samples.csv has {len(have)} {phase} process(es) ({_numbers(have)}), "
+                f"run.json counts {done} completed"
+            )
+        if not done:
+            continue
+        cases = planned_cases(meta, phase)
+        for col, allowed, what in (
+            ("case", set(cases), f"a case that its plan does not time ({' '.join(cases)})"),
+            (
+                "pool",
+                pools,
+                f"a pool not in parameters.pools ({' '.join(map(str, sorted(pools)))})",
+            ),
+            ("sample", set(range(n_samples)), f"a sample outside 0-{n_samples - 1}"),
+        ):
+            bad = rows[~rows[col].isin(allowed)]
+            if len(bad):
+                return f"samples.csv has {phase} rows with {what}: {col} {bad[col].iloc[0]}"
+        expected = done * len(set(cases)) * len(pools) * len(labels) * n_samples
+        if len(rows) != expected:
+            # No duplicates and nothing outside the plan: fewer rows means gaps.
+            per = rows.groupby("process").size()
+            short = per[per < expected // done]
+            first = f" (first incomplete: process {int(short.index[0])})" if len(short) else ""
+            return (
+                f"samples.csv lacks {expected - len(rows):,} of the {expected:,} {phase} samples "
+                f"of the run's plan ({done} processes x {len(set(cases))} cases x "
+                f"{len(pools)} pools x {len(labels)} variants x {n_samples} samples){first}"
+            )
+    rounds = ["phase", "process", "case", "pool", "sample"]
+    bad = samples["order_position"] >= len(labels)
+    bad |= samples.duplicated([*rounds, "order_position"], keep=False)
+    if bad.any():
+        row = samples[bad].iloc[0]
+        return (
+            f"samples.csv: order positions of the round {row['phase']} process "
+            f"{row['process']}, {row['case']}, pool {row['pool']}, sample {row['sample']} "
+            f"are not a permutation of 0-{len(labels) - 1}"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------

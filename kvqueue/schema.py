@@ -185,6 +185,10 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "included": _B,
         "headline": _B,
         "note": _S,
+        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.rawdata)
+        "git_state": _S,  # committed | modified | untracked | no git (kvqueue.processed)
+        "protocol": _S,  # full | quick (smoke run) | too few processes | reduced (...)
+        "warnings": _S,  # host label on several CPU models; a release with two digests
         "started_at": _S,
         "ended_at": _S,
         "python_implementation": _S,
@@ -236,6 +240,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "vllm_version": _S,
         "class_sha256": _S,
         "file_sha256": _S,
+        "release_check": _S,  # consistent | conflict: ... (same release, other digest)
         "block_source": _S,
         "block_class_sha256": _S,
         "is_bound": _B,
