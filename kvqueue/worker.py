@@ -48,14 +48,19 @@ def heap_padding(rng: random.Random) -> list[bytes]:
 
 
 def load_shuffled(
-    sources: list[str], labels: list[str], block_source: str | None, rng: random.Random
+    sources: list[str],
+    labels: list[str],
+    block_source: str | None,
+    rng: random.Random,
+    block: tuple[type, Any] | None = None,
 ) -> list[loader.Variant]:
     """Load the variants in a random order with heap padding between them.
 
     Returns them in the given (label) order; the block class comes from
-    ``block_source`` or, by default, the first (baseline) source.
+    ``block_source`` or, by default, the first (baseline) source, unless ``block``
+    (an already loaded block class and its source) is given.
     """
-    block = loader.load_block_class(block_source or sources[0])
+    block = block or loader.load_block_class(block_source or sources[0])
     loaded: dict[int, loader.Variant] = {}
     for index in rng.sample(range(len(sources)), len(sources)):
         _LAYOUT_PADDING.append(heap_padding(rng))
@@ -120,6 +125,13 @@ class SharedPool:
             self.queues[label] = queue_cls(self.blocks)
             self.owner = label  # each __init__ relinks every block to its own sentinels
 
+    def rebind(self, queues: dict[str, Any]) -> None:
+        """Replace every variant's queue by a new one of the given class, on these blocks."""
+        self.queues = {}
+        for label, queue_cls in queues.items():
+            self.queues[label] = queue_cls(self.blocks)
+            self.owner = label
+
     def timed(self, runners: dict[str, case_mod.Runner], label: str, loops: int) -> int:
         """Hand the chain of blocks to ``label``'s queue (untimed), then time its runner."""
         if self.owner != label:
@@ -146,6 +158,68 @@ def hand_over(src: Any, dst: Any) -> None:
     dst.num_free_blocks, src.num_free_blocks = src.num_free_blocks, 0
 
 
+class Layout:
+    """One memory layout of a process: the variants' classes, the pools and the runners.
+
+    Building it again gives every hot object (class, functions and their code objects,
+    queues, blocks, closures) a new address, with fresh heap padding in between: a
+    *layout epoch*. Every part is built untimed.
+    """
+
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        rng: random.Random,
+        block: tuple[type, Any] | None = None,
+        pools: dict[int, SharedPool] | None = None,
+    ) -> None:
+        labels = spec["labels"]
+        self.variants = load_shuffled(
+            spec["sources"], labels, spec.get("block_source"), rng, block=block
+        )
+        for variant, label in zip(self.variants, labels, strict=True):
+            want = spec["expected_sha256"].get(label)
+            if want is not None and variant.queue_src.sha256 != want:
+                raise SystemExit(
+                    f"kvqueue worker: {label} changed since the validation gate (sha256 "
+                    f"{variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
+                )
+        self.block = (self.variants[0].block_cls, self.variants[0].block_src)
+        classes = {label: v.queue_cls for label, v in zip(labels, self.variants, strict=True)}
+        order = rng.sample(range(len(labels)), len(labels))
+        if pools is None:
+            # Build every pool before any timing; queues are constructed in a shuffled order.
+            self.pools = {}
+            for size in spec["pools"]:
+                self.pools[size] = SharedPool(
+                    size, self.block[0], {labels[i]: classes[labels[i]] for i in order}
+                )
+                _LAYOUT_PADDING.append(heap_padding(rng))
+        else:
+            # Same blocks, new queue objects of the new classes (each relinks the blocks).
+            self.pools = pools
+            for shared in pools.values():
+                shared.rebind({labels[i]: classes[labels[i]] for i in order})
+                _LAYOUT_PADDING.append(heap_padding(rng))
+        self.runners: dict[tuple[str, int], dict[str, case_mod.Runner]] = {}
+        for case in spec["cases"]:
+            for pool in spec["pools"]:
+                shared = self.pools[pool]
+                runners = {}
+                for label in rng.sample(labels, len(labels)):
+                    runners[label] = case_mod.make_runner(
+                        case, shared.queues[label], shared.blocks, spec["case_seed"]
+                    )
+                    _LAYOUT_PADDING.append(heap_padding(rng))
+                self.runners[(case, pool)] = runners
+
+
+def epoch_rounds(samples: int, epochs: int) -> list[range]:
+    """Split the sample rounds ``0 .. samples-1`` into ``epochs`` consecutive ranges."""
+    epochs = max(1, min(epochs, samples))
+    return [range(e * samples // epochs, (e + 1) * samples // epochs) for e in range(epochs)]
+
+
 def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one process's share of the protocol.
 
@@ -155,77 +229,81 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         ``sources``, ``labels``, ``block_source``, ``expected_sha256`` (label ->
         sha256), ``cases``, ``pools``, ``samples``, ``sample_ms``, ``seed`` (this
         process's shuffle seed), ``case_seed`` (workload shuffles, same for all
-        processes), ``cpu``, ``gc`` (``"disabled"`` or ``"enabled"``).
+        processes), ``cpu``, ``gc`` (``"disabled"`` or ``"enabled"``); optional
+        ``epochs`` (layout epochs per process, default 1: one layout for all rounds) and
+        ``epoch_pools`` (rebuild the pools' blocks at every epoch, default true).
 
     Returns
     -------
     dict
         ``rows`` (lists in :data:`kvqueue.schema.SAMPLE_COLUMNS` order, without
-        ``process`` and ``phase``), ``loops``, pinning info, ``seconds``.
+        ``process`` and ``phase``), ``loops``, pinning info, ``seconds``, and
+        ``layout_seconds`` (untimed time spent building layouts).
     """
     start = time.perf_counter()
     pin = pin_cpu(spec["cpu"])
     rng = random.Random(spec["seed"])
     labels = spec["labels"]
-    variants = load_shuffled(spec["sources"], labels, spec.get("block_source"), rng)
-    for variant, label in zip(variants, labels, strict=True):
-        want = spec["expected_sha256"].get(label)
-        if want is not None and variant.queue_src.sha256 != want:
-            raise SystemExit(
-                f"kvqueue worker: {label} changed since the validation gate "
-                f"(sha256 {variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
-            )
     sample_ns = int(spec["sample_ms"] * 1_000_000)
-    block_cls = variants[0].block_cls
-
-    # Build every pool before any timing; queues are constructed in a shuffled order.
-    order = rng.sample(range(len(labels)), len(labels))
-    pools = {}
-    for size in spec["pools"]:
-        pools[size] = SharedPool(size, block_cls, {labels[i]: variants[i].queue_cls for i in order})
-        _LAYOUT_PADDING.append(heap_padding(rng))
+    rounds = epoch_rounds(spec["samples"], int(spec.get("epochs", 1)))
+    rebuild_pools = bool(spec.get("epoch_pools", True))
 
     rows: list[list[Any]] = []
     loops_used: dict[str, int] = {}
+    layout_seconds = 0.0
     gc_enabled = gc.isenabled()
+    layout: Layout | None = None
     try:
-        for case in spec["cases"]:
-            for pool in spec["pools"]:
-                shared = pools[pool]
-                runners = {}
-                for label in rng.sample(labels, len(labels)):
-                    runners[label] = case_mod.make_runner(
-                        case, shared.queues[label], shared.blocks, spec["case_seed"]
-                    )
-                    _LAYOUT_PADDING.append(heap_padding(rng))
-
-                per_loop = case_mod.ops_per_loop(case, pool)
-                gc.collect()
-                if spec["gc"] == "disabled":
-                    gc.disable()
-                loops = calibrate(partial(shared.timed, runners, labels[0]), sample_ns)
-                loops_used[f"{case}/{pool}"] = loops
-                for label in rng.sample(labels, len(labels)):  # warm-up, not recorded
-                    shared.timed(runners, label, loops)
-                for sample in range(spec["samples"]):
-                    order = rng.sample(labels, len(labels))
-                    for position, label in enumerate(order):
-                        ns = shared.timed(runners, label, loops)
-                        rows.append(
-                            [
-                                case,
-                                pool,
-                                label,
-                                sample,
-                                position,
-                                loops,
-                                per_loop,
-                                ns,
-                                ns / (loops * per_loop),
-                            ]
+        for epoch, epoch_samples in enumerate(rounds):
+            t0 = time.perf_counter()
+            if layout is None:
+                layout = Layout(spec, rng)
+            elif rebuild_pools:
+                layout = None  # let the old objects go before the new ones are made
+                layout = Layout(spec, rng)
+            else:
+                layout = Layout(spec, rng, block=layout.block, pools=layout.pools)
+            # One collection per layout, not per cell: with 100,000-block pools a
+            # collection costs ~30 ms, and per cell it doubled the cost of 9 epochs.
+            gc.collect()
+            layout_seconds += time.perf_counter() - t0
+            if spec["gc"] == "disabled":
+                gc.disable()
+            for case in spec["cases"]:
+                for pool in spec["pools"]:
+                    shared = layout.pools[pool]
+                    runners = layout.runners[(case, pool)]
+                    per_loop = case_mod.ops_per_loop(case, pool)
+                    key = f"{case}/{pool}"
+                    if key not in loops_used:  # calibrated once, on the first layout
+                        loops_used[key] = calibrate(
+                            partial(shared.timed, runners, labels[0]), sample_ns
                         )
-                if gc_enabled:
-                    gc.enable()
+                    loops = loops_used[key]
+                    # Warm-up, not recorded: a full sample on the first layout; on a new
+                    # layout an eighth of one re-specializes the new code objects.
+                    warm = loops if epoch == 0 else max(1, loops // 8)
+                    for label in rng.sample(labels, len(labels)):
+                        shared.timed(runners, label, warm)
+                    for sample in epoch_samples:
+                        order = rng.sample(labels, len(labels))
+                        for position, label in enumerate(order):
+                            ns = shared.timed(runners, label, loops)
+                            rows.append(
+                                [
+                                    case,
+                                    pool,
+                                    label,
+                                    sample,
+                                    position,
+                                    loops,
+                                    per_loop,
+                                    ns,
+                                    ns / (loops * per_loop),
+                                ]
+                            )
+            if gc_enabled:
+                gc.enable()
     finally:
         if gc_enabled:
             gc.enable()
@@ -234,6 +312,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         "loops": loops_used,
         **pin,
         "seconds": round(time.perf_counter() - start, 3),
+        "layout_seconds": round(layout_seconds, 3),
         "python": sys.version,
     }
 
