@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 from collections import Counter
 
@@ -339,3 +340,43 @@ def test_hand_over_of_an_empty_queue():
     assert (_chain(src), src.num_free_blocks) == ([], 0)
     worker.hand_over(src, dst)  # src is empty now: dst ends up empty too
     assert (_chain(dst), dst.num_free_blocks) == ([], 0)
+
+
+# ------------------------------------------------------------------ layout epochs
+
+
+def test_epoch_rounds_split_the_samples_into_consecutive_ranges() -> None:
+    assert worker.epoch_rounds(9, 1) == [range(0, 9)]
+    assert worker.epoch_rounds(9, 3) == [range(0, 3), range(3, 6), range(6, 9)]
+    assert [len(r) for r in worker.epoch_rounds(9, 4)] == [2, 2, 2, 3]
+    assert worker.epoch_rounds(2, 5) == [range(0, 1), range(1, 2)]  # at most one per round
+
+
+@pytest.mark.parametrize("pools", [True, False], ids=["new-blocks", "same-blocks"])
+def test_a_new_layout_recreates_classes_queues_and_runners(pools: bool) -> None:
+    spec = make_spec()
+    rng = random.Random(3)
+    first = worker.Layout(spec, rng)
+    second = (
+        worker.Layout(spec, rng)
+        if pools
+        else worker.Layout(spec, rng, block=first.block, pools=first.pools)
+    )
+    for a, b in zip(first.variants, second.variants, strict=True):
+        assert a.queue_cls is not b.queue_cls
+        assert a.queue_cls.popleft_n.__code__ is not b.queue_cls.popleft_n.__code__
+    key = next(iter(first.runners))
+    for label in spec["labels"]:
+        assert first.runners[key][label].__code__ is not second.runners[key][label].__code__
+    size = spec["pools"][0]
+    assert (first.pools[size].blocks is second.pools[size].blocks) is (not pools)
+
+
+def test_a_process_with_epochs_times_every_round_once() -> None:
+    # In a fresh process each: run_process pins the process that runs it to one CPU.
+    result = worker_result(make_spec(samples=4, epochs=2))
+    one = worker_result(make_spec(samples=4))
+    assert len(result["rows"]) == len(one["rows"])
+    rounds = {(r[0], r[1], r[2], r[3]) for r in result["rows"]}
+    assert len(rounds) == len(result["rows"])  # no round twice
+    assert result["layout_seconds"] > 0
