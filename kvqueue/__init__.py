@@ -6,9 +6,10 @@ notebook (``__main__``, ``params``, ``errors``, ``schema``, ``hostinfo``), the g
 runner and its run files (``runner``, ``runfiles``), the worker and its cases (``worker``,
 ``cases``, ``fast``, ``block``) — uses only the standard library, so it runs under any
 CPython >= 3.10 with nothing installed there (``tests/test_bare_interpreter.py``). The
-notebook launcher and the report (``notebook_run``, ``rawdata``, ``analysis``,
-``processed``, ``stats``, ``tables``, ``figures``, ``sections``, ``writeup``, ``render``)
-need the project's virtual environment. The module map: ``docs/design.md`` §8.
+notebook launcher, the quick A/B loop and the report (``notebook_run``, ``quick``,
+``rawdata``, ``analysis``, ``processed``, ``stats``, ``coverage``, ``tables``, ``figures``,
+``prose``, ``sections``, ``report_html``, ``writeup``, ``render``) need the project's
+virtual environment. The module map: ``docs/design.md`` §8.
 """
 
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@ where both the HTML report (embedded) and the Markdown writeup (linked) use them
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ DPI = 100
 WIDTH_IN = 13.0
 _STYLE = "whitegrid"
 _CONTEXT = "notebook"
+_LEGEND_COLS = 6
 
 
 def _series_label(host: str, interpreter: str) -> str:
@@ -36,6 +38,33 @@ def _case_pool_label(case: str, pool: int) -> str:
 def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
     cells = {(c, int(p)) for c, p in zip(df["case"], df["pool"], strict=True)}
     return sorted(cells, key=lambda cp: (schema.case_rank(cp[0]), cp[1]))
+
+
+def _palette(n: int) -> list[tuple[float, float, float]]:
+    """``n`` distinct colours: colour-blind safe up to 10, then tab20, then husl."""
+    if n <= 10:
+        return sns.color_palette("colorblind", n)
+    return sns.color_palette("tab20" if n <= 20 else "husl", n)
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _series_style(
+    series: Sequence[tuple[str, str]],
+) -> dict[tuple[str, str], tuple[tuple[float, float, float], str]]:
+    """Colour by interpreter and marker by host, so that many series stay apart."""
+    pythons = sorted({i for _, i in series})
+    hosts = sorted({h for h, _ in series})
+    colors = dict(zip(pythons, _palette(len(pythons)), strict=True))
+    return {(h, i): (colors[i], _MARKERS[hosts.index(h) % len(_MARKERS)]) for h, i in series}
+
+
+def _legend_cols(labels: Sequence[str]) -> int:
+    """As many legend columns as fit across the figure (about 7.5 px per character)."""
+    longest = max((len(s) for s in labels), default=1)
+    fit = int(WIDTH_IN * DPI * 0.95 // (longest * 7.5 + 50))
+    return max(1, min(len(labels), fit, _LEGEND_COLS))
 
 
 def _no_data(message: str) -> Figure:
@@ -74,7 +103,9 @@ def _panel_title(cand: str, base: str, kind: str) -> str:
 # forest plot
 
 
-def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
+def forest(
+    data: processed.Processed, *, phase: str = "main", cases: Sequence[str] | None = None
+) -> Figure:
     """Forest plot: reduction with its CI per case x pool, one panel per comparison.
 
     Parameters
@@ -83,6 +114,8 @@ def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
         Processed tables (headline runs are plotted).
     phase
         ``"main"`` or ``"confirm"``.
+    cases
+        Cases to plot (default: all).
 
     Returns
     -------
@@ -91,14 +124,21 @@ def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
         ``±delta`` no-change band of the verdict.
     """
     df = _headline(data.summary, phase)
+    if cases is not None:
+        df = df[df["case"].isin(list(cases))]
     if df.empty:
         return _no_data("No comparison in the headline runs.")
     comps = _comparisons(data, df)
     cells = _ordered_cells(df)
     series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
-    colors = dict(zip(series, sns.color_palette("colorblind", len(series)), strict=True))
+    style = _series_style(series)
     n_rows = len(cells) * max(1, len(series))
-    height = 1.6 + 0.26 * n_rows + 0.5
+    # 0.15 in per plotted row, so that the headline forest fits on the report's first
+    # screen under the summary; title, legend (on top, where it is read first) and axis
+    # labels take ~1.1 in plus 0.25 in per further legend row.
+    legend_cols = _legend_cols([_series_label(*s) for s in series])
+    legend_rows = -(-len(series) // legend_cols)
+    height = max(2.6, 1.1 + 0.25 * legend_rows + 0.15 * n_rows)
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
         fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
         axes = np.atleast_1d(fig.subplots(1, len(comps), sharey=True, squeeze=False)[0])
@@ -126,10 +166,10 @@ def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
                             (ok["reduction"] - ok["ci_low"]) * 100,
                             (ok["ci_high"] - ok["reduction"]) * 100,
                         ],
-                        fmt="o",
+                        fmt=style[ser][1],
                         ms=5,
                         capsize=3,
-                        color=colors[ser],
+                        color=style[ser][0],
                         label=_series_label(*ser),
                         zorder=3,
                     )
@@ -139,16 +179,18 @@ def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
                     ax.plot(
                         no_ci["reduction"] * 100,
                         no_ci["_y"],
-                        "o",
+                        style[ser][1],
                         ms=6,
                         mfc="white",
-                        color=colors[ser],
+                        color=style[ser][0],
                         label=None if len(ok) else _series_label(*ser),
                         zorder=3,
                     )
                     missing_ci = True
             ax.set_title(_panel_title(cand, base, kind), fontsize=11)
-            ax.set_xlabel("time reduction, % (> 0: candidate faster)")
+        # One label under all panels: per panel it overlaps its neighbours' when there
+        # are three comparisons and an A/A pair.
+        fig.supxlabel("time reduction, % (> 0: candidate faster)", fontsize=12)
         axes[0].set_yticks(range(len(cells)), [_case_pool_label(c, p) for c, p in cells])
         axes[0].set_ylim(len(cells) - 0.5, -0.5)  # first case on top
         axes[0].set_ylabel("case · pool (blocks)")
@@ -163,14 +205,22 @@ def forest(data: processed.Processed, *, phase: str = "main") -> Figure:
                 if ll not in labels:
                     handles.append(hh)
                     labels.append(ll)
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, max(1, len(labels))))
         hollow = (
             f"; hollow: no CI (fewer than {stats.MIN_PROCESSES} processes)" if missing_ci else ""
         )
-        fig.suptitle(
-            f"Time reduction with {ci} ({phase} phase); grey band: no-change band "
-            f"±{data.settings.delta * 100:g}%{hollow}",
-            fontsize=12,
+        # The title is the legend's title: a suptitle and an "outside" legend overlap.
+        fig.legend(
+            handles,
+            labels,
+            loc="outside upper center",
+            ncols=legend_cols,
+            fontsize=10,
+            frameon=False,
+            title=(
+                f"Time reduction with {ci} ({phase} phase); grey band: no-change band "
+                f"±{data.settings.delta * 100:g}%{hollow}"
+            ),
+            title_fontsize=12,
         )
     return fig
 
@@ -207,7 +257,7 @@ def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
     comps = _comparisons(data, df)
     order = [_case_pool_label(c, p) for c, p in _ordered_cells(df)]
     series = sorted(df["series"].unique())
-    palette = dict(zip(series, sns.color_palette("colorblind", len(series)), strict=True))
+    palette = dict(zip(series, _palette(len(series)), strict=True))
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
         fig = Figure(figsize=(WIDTH_IN, 3.6 * len(comps) + 1.0), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(comps), 1, squeeze=False)[:, 0]
@@ -333,11 +383,45 @@ def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
 # ---------------------------------------------------------------------------------------
 # files
 
-#: name -> (title, figure function) of every figure in the report.
-FIGURES: dict[str, tuple[str, Callable[[processed.Processed], Figure]]] = {
-    "forest": ("Forest plot of reductions", forest),
-    "process_ratios": ("Per-process ratios", process_ratios),
-    "ns_per_variant": ("ns per cycle per variant", ns_per_variant),
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure of the report: its title, its alt text and how it is drawn."""
+
+    title: str
+    alt: str
+    draw: Callable[[processed.Processed], Figure]
+
+
+#: name -> figure of the report (the PNG is ``<name>.png``).
+FIGURES: dict[str, FigureSpec] = {
+    "forest": FigureSpec(
+        "Forest plot of the headline cycles",
+        "Forest plot: time reduction in percent with its confidence interval for alloc1, "
+        "alloc2 and mix at each pool size, one panel per comparison (and per A/A noise "
+        "floor, where measured), one colour per interpreter and one marker per host; the "
+        "grey band is the no-change band.",
+        lambda data: forest(data, cases=tables.HEADLINE_CASES),
+    ),
+    "forest_all": FigureSpec(
+        "Forest plot of every case",
+        "Forest plot: time reduction in percent with its confidence interval for every "
+        "case and pool size, one panel per comparison, one colour per interpreter and one "
+        "marker per host.",
+        forest,
+    ),
+    "process_ratios": FigureSpec(
+        "Per-process ratios",
+        "Strip plot: the reduction of every worker process per case and pool, one row of "
+        "panels per comparison; black bars mark the medians.",
+        process_ratios,
+    ),
+    "ns_per_variant": FigureSpec(
+        "ns per cycle per variant",
+        "Bar chart on a log scale: median ns per cycle of every variant per case, one panel "
+        "per host, interpreter and pool; dots are the per-process medians.",
+        ns_per_variant,
+    ),
 }
 
 
@@ -358,7 +442,7 @@ def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
     data
         Processed tables.
     name
-        ``"forest"``, ``"process_ratios"`` or ``"ns_per_variant"``.
+        A key of :data:`FIGURES`.
     folder
         Output folder (``reports/figures``).
 
@@ -366,7 +450,7 @@ def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
     -------
     pathlib.Path
     """
-    return save(FIGURES[name][1](data), folder, name)
+    return save(FIGURES[name].draw(data), folder, name)
 
 
 def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:

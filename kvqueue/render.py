@@ -4,9 +4,11 @@ Steps (``docs/design.md`` §7):
 
 1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.processed`);
 2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it
-   draws the figures into ``reports/figures/``);
-3. render ``reports/report.html`` with nbconvert, code cells hidden;
-4. write ``reports/pr-writeup.md``.
+   shows the sections of :mod:`kvqueue.sections` and draws the figures into
+   ``reports/figures/``);
+3. render ``reports/report.html`` with nbconvert, code cells hidden, byte-identical on a
+   rebuild from the same raw data (:func:`normalize_executed`);
+4. write ``reports/pr-writeup.md`` from the same sections (:mod:`kvqueue.writeup`).
 
 A malformed raw file stops everything with one line naming the file (exit status 2); a
 failing notebook names the executed notebook to look at (exit status 1).
@@ -27,11 +29,21 @@ HTML_TITLE = "kvqueue-bench report"
 # The lab template loads require.js, MathJax and mermaid from a CDN; the report has no
 # widgets, math or diagrams, so dropping them keeps the HTML self-contained and offline.
 _TEMPLATE_NAME = "kvqueue_report.html.j2"
+# The lab template drops an image's alt text; this one keeps it (figures carry one).
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js -%}{%- endblock html_head_js -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block data_png scoped -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt is not none %} alt="{{ alt | escape_html }}"{%- endif %} class="">
+</div>
+{%- endblock data_png -%}
 """
+#: Metadata that papermill and the kernel write and that changes on every run.
+_VOLATILE_METADATA = ("papermill", "execution")
 
 
 def execute_notebook(
@@ -66,6 +78,31 @@ def execute_notebook(
     )
 
 
+def normalize_executed(executed: Path) -> None:
+    """Make the executed notebook depend on its inputs only, so the HTML does too.
+
+    papermill gives the injected parameters cell a random id (nbconvert writes cell ids
+    into the HTML) and records start/end times per cell and for the notebook. Here
+    every cell gets an id from its position and the timing metadata goes; the executed
+    notebook is rewritten in place.
+
+    Parameters
+    ----------
+    executed
+        The executed notebook.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    for key in _VOLATILE_METADATA:
+        nb.metadata.pop(key, None)
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index:02d}"
+        for key in _VOLATILE_METADATA:
+            cell.metadata.pop(key, None)
+    nbformat.write(nb, str(executed))
+
+
 def render_html(executed: Path, html_path: Path) -> Path:
     """Convert an executed notebook to standalone HTML without code cells.
 
@@ -94,6 +131,8 @@ def render_html(executed: Path, html_path: Path) -> Path:
         exclude_output_prompt=True,
     )
     nb = nbformat.read(str(executed), as_version=4)
+    # Code cells without outputs (parameters, imports) would only add blank space.
+    nb.cells = [c for c in nb.cells if c.cell_type != "code" or c.outputs]
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": HTML_TITLE}})
     html_path.write_text(body, encoding="utf-8")
     return html_path
@@ -164,6 +203,7 @@ def report(
             file=sys.stderr,
         )
         return 1
+    normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
     md_path = writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))
     print(f"report: {html_path}")

@@ -1,175 +1,354 @@
-"""HTML sections of the report: heading, explanatory note and table(s) per topic.
+"""The report's structure, defined once: an ordered list of :class:`Section` objects.
 
-The notebook displays these strings; the cells themselves come from :mod:`kvqueue.tables`
-(so the HTML and the Markdown writeup show the same numbers).
+Each section holds a heading, a note (Markdown), a display table (from
+:mod:`kvqueue.tables`) and/or the name of a figure (from :mod:`kvqueue.figures`), plus
+how to show it. Two renderers read the same list:
+
+- :mod:`kvqueue.report_html` displays it in ``notebooks/report.ipynb`` (the HTML report);
+- :mod:`kvqueue.writeup` writes it as ``reports/pr-writeup.md`` (the PR description).
+
+The order is the reading order of both: the answer first (summary, forest plot, the
+compact results table, validation), then the full tables, the environment, the methods,
+the reproduce commands and the provenance of every run.
 """
 
 from __future__ import annotations
 
-import html
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvqueue import processed
-from kvqueue.tables import (
-    CASE_CYCLES,
-    CASE_TITLES,
-    HEADLINE_CASES,
-    aa_summary,
-    aa_table,
-    case_note,
-    ci_header,
-    environment_table,
-    floor_gap_table,
-    headline_note,
-    ns_table,
-    order_summary,
-    order_table,
-    present_cases,
-    results_table,
-    runs_note,
-    runs_table,
-    to_html,
-    variants_table,
-)
+from kvqueue import figures, processed, prose, stats, tables
+from kvqueue.tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 
-#: Style for the report tables (display once, before the first table).
-CSS = """<style>
-table.kvq-table { border-collapse: collapse; font-size: 12.5px; margin: 0.4em 0 1.2em 0; }
-table.kvq-table th, table.kvq-table td { white-space: nowrap; padding: 3px 6px; }
-table.kvq-table td.kvq-wrap { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
-p.kvq-note { max-width: 75em; }
-</style>"""
+TITLE = "FreeKVCacheBlockQueue benchmark"
 
 
-def section_html(title: str, df: pd.DataFrame, note: str = "", *, level: int = 3) -> str:
-    """A heading, an optional note (plain text, may contain ``code`` spans) and a table."""
-    parts = [f"<h{level}>{html.escape(title)}</h{level}>"]
-    if note:
-        parts.append(f'<p class="kvq-note">{_inline_code(note)}</p>')
-    parts.append(to_html(df))
-    return "\n".join(parts)
+@dataclass(frozen=True)
+class Section:
+    """One part of the report.
+
+    Attributes
+    ----------
+    key
+        Stable identifier (the HTML anchor; tests find sections by it).
+    title
+        Heading text.
+    level
+        Heading level: 1 the report's title, 2 a section, 3 a subsection.
+    note
+        Markdown shown under the heading (paragraphs, ``code``, **bold**, bullets,
+        fenced code).
+    table
+        A display table of :mod:`kvqueue.tables`, or ``None``.
+    table_label
+        What the table holds, the line that opens it when it is folded.
+    figure
+        A key of :data:`kvqueue.figures.FIGURES`, or ``None``.
+    fold
+        The table is long: both renderings put it inside ``<details>``.
+    summary
+        Part of the answer that opens the report (the HTML sets it apart; never folded).
+    detail
+        Detail for the PR description: the writeup puts the whole section (heading,
+        note, table) inside ``<details>``; the HTML shows it in place.
+    writeup
+        Carried by the writeup; ``False``: only in the HTML report (tables whose length
+        grows with every host, interpreter and case, too long for a PR description).
+    """
+
+    key: str
+    title: str
+    level: int = 2
+    note: str = ""
+    table: pd.DataFrame | None = field(default=None, compare=False)
+    table_label: str = ""
+    figure: str | None = None
+    fold: bool = False
+    summary: bool = False
+    detail: bool = False
+    writeup: bool = True
+
+    @property
+    def rows(self) -> int:
+        """Rows of the table (0 without one)."""
+        return 0 if self.table is None else len(self.table)
 
 
-def _inline_code(text: str) -> str:
-    # Minimal Markdown: `code` spans only, everything else escaped.
-    pieces = html.escape(text).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
-
-
-def headline_intro(data: processed.Processed) -> str:
-    """HTML paragraph with :func:`headline_note`."""
-    return f'<p class="kvq-note">{html.escape(headline_note(data))}</p>'
-
-
-def case_section(data: processed.Processed, case: str, *, phase: str = "main") -> str:
-    """HTML section (heading, note, table) for one headline case."""
-    return section_html(
-        CASE_TITLES.get(case, case),
-        results_table(data, [case], phase=phase),
-        case_note(case, data),
+def intro_note(data: processed.Processed) -> str:
+    """What is compared, and what the numbers mean (under the title)."""
+    pairs = _and_list([f"`{c}` vs `{b}`" for c, b in data.settings.pairs])
+    heads = data.headline_runs()
+    if heads.empty:
+        return (
+            f"Paired, order-randomized A/B comparison of {pairs}. No run qualifies for the "
+            f"headline tables (quick runs and runs with fewer than {stats.MIN_PROCESSES} "
+            "processes never do): every run found is listed under Provenance."
+        )
+    hosts = heads["host"].nunique()
+    pythons = heads["interpreter"].nunique()
+    return (
+        f"Paired, order-randomized A/B comparison of {pairs} on {hosts} "
+        f"host{'s' if hosts != 1 else ''} × {pythons} interpreter{'s' if pythons != 1 else ''} "
+        "(newest full-protocol run of each). *Reduction*: the share of time the candidate saves, "
+        "1 − median per-process time ratio candidate/baseline (> 0: faster)."
     )
 
 
-def runs_section(data: processed.Processed) -> str:
-    """HTML: every run found and its use in the report."""
-    return section_html("Runs", runs_table(data), runs_note(data), level=2)
-
-
-def other_cases_section(data: processed.Processed) -> str:
-    """HTML: the non-headline cases of the main phase in one table."""
-    cases = [c for c in present_cases(data, "main") if c not in HEADLINE_CASES]
-    notes = "; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in cases)
-    return section_html("Other cases", results_table(data, cases), notes, level=2)
-
-
-def confirm_section(data: processed.Processed) -> str:
-    """HTML: the confirmation run (fresh processes repeating some cases)."""
-    cases = present_cases(data, "confirm")
-    note = (
-        "A second set of fresh worker processes, run after the main phase, repeats these "
-        "cases; the statistics are computed the same way and independently of the main phase."
-    )
-    return section_html(
-        "Confirmation run", results_table(data, cases, phase="confirm"), note, level=2
+def summary_note(data: processed.Processed) -> str:
+    """How to read the summary table."""
+    ci = tables.ci_header(data.settings.confidence)
+    return (
+        "Per comparison, cycle and host: lowest and highest reduction over its interpreters "
+        f"and pools, each with its {ci}; verdicts of those cells."
     )
 
 
-def floor_gap_section(data: processed.Processed) -> str:
-    """HTML: how much of the gap to the lower bound each comparison closes ('' if none)."""
-    gap = floor_gap_table(data)
-    if gap.empty:
-        return ""
-    bounds = ", ".join(sorted(data.floor_gap["bound"].dropna().unique()))
-    note = (
+def results_note(data: processed.Processed) -> str:
+    """What the compact results table shows, and what one cycle of each case is."""
+    ci = tables.ci_header(data.settings.confidence)
+    present = tables.present_cases(data, "main")
+    cycles = "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in HEADLINE_CASES if c in present)
+    text = f"Reduction [{ci}] and verdict per host × interpreter, pools (blocks) side by side."
+    return f"{text} {cycles}." if cycles else text
+
+
+def _and_list(items: list[str]) -> str:
+    if len(items) <= 2:
+        return " and ".join(items)
+    return ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def _floor_gap_note(data: processed.Processed) -> str:
+    bounds = ", ".join(f"`{b}`" for b in sorted(data.floor_gap["bound"].dropna().unique()))
+    ci = tables.ci_header(data.settings.confidence)
+    return (
         f"The lower bound ({bounds}: the same operations with every check removed) is a "
         "bound, not a candidate. Gap closed = (m_baseline − m_candidate) / "
-        "(m_baseline − m_bound), computed as candidate reduction / bound reduction with "
-        f"a {ci_header(data.settings.confidence)} from a bootstrap over processes "
-        "(main phase); 100% would mean the candidate is as fast as the bound, a negative "
-        "share that it is slower than the baseline. 'Bound saves' is the size of the gap; "
-        "where it is only a few percent, the share is imprecise (wide CI). n/a when the "
-        "bound is not clearly faster than the baseline."
-    )
-    return section_html("Gap to the lower bound", gap, note, level=2)
-
-
-def noise_section(data: processed.Processed) -> str:
-    """HTML: A/A noise floor (if measured) and the order-effect check."""
-    parts = ["<h2>Noise</h2>"]
-    aa = aa_table(data)
-    if not aa.empty:
-        note = (
-            "The same source measured twice as two variants: any 'difference' is noise, so "
-            "the CI must contain 0. Its half-width is shown beside the real results (column "
-            f"A/A ±). {aa_summary(data)}"
-        )
-        parts.append(
-            f'<h3>Noise floor (A/A)</h3>\n<p class="kvq-note">{html.escape(note)}</p>\n'
-            + details(to_html(aa), summary=f"Table: A/A comparisons ({len(aa)} cells)")
-        )
-    else:
-        parts.append(
-            '<h3>Noise floor (A/A)</h3><p class="kvq-note">No headline run has an A/A '
-            "pair (collect one with AA=1).</p>"
-        )
-    parts.append(
-        "<h3>Order effect</h3>"
-        f'<p class="kvq-note">{html.escape(order_summary(data))}</p>'
-        + details(
-            '<p class="kvq-note">Per process: least-squares slope of log time against the '
-            "variant's position in its round (variant levels removed), shown as the change "
-            "from the first to the last position (median over processes) with its bootstrap "
-            "CI. WARNING marks cells where the CI excludes 0 and the effect is larger than the "
-            "tightest comparison CI half-width of the cell.</p>" + to_html(order_table(data)),
-            summary="Table: order effect per cell",
-        )
-    )
-    return "\n".join(parts)
-
-
-def ns_section(data: processed.Processed) -> str:
-    """HTML: ns per cycle per variant (collapsible, it is long)."""
-    return details(
-        to_html(ns_table(data)), summary="Table: median ns per cycle per variant (main phase)"
+        "(m_baseline − m_bound), computed as candidate reduction / bound reduction with a "
+        f"{ci} from a bootstrap over processes (main phase); 100% would mean the candidate "
+        "is as fast as the bound, a negative share that it is slower than the baseline. "
+        "*Bound saves* is the size of the gap; where it is only a few percent, the share is "
+        "imprecise (wide CI). n/a when the bound is not clearly faster than the baseline."
     )
 
 
-def environment_section(data: processed.Processed) -> str:
-    """HTML: machine, interpreter and variant provenance of the headline runs."""
-    return "\n".join(
-        [
-            section_html("Machines and interpreters", environment_table(data)),
-            section_html(
-                "Variants",
-                variants_table(data),
-                "sha256 prefixes of the class source and of the file it was cut from; the "
-                "full digests are in data/processed/variants.csv.",
+def build(data: processed.Processed) -> list[Section]:
+    """The report's sections in reading order.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+
+    Returns
+    -------
+    list of Section
+    """
+    out = [
+        Section("title", TITLE, level=1, note=intro_note(data), summary=True),
+        Section(
+            "summary",
+            "Summary",
+            note=summary_note(data),
+            table=tables.summary_table(data),
+            table_label="Summary",
+            summary=True,
+        ),
+        Section("forest", figures.FIGURES["forest"].title, figure="forest", summary=True),
+        Section(
+            "results",
+            "Singleton, two-block and mixed cycles",
+            note=results_note(data),
+            table=tables.headline_grid(data),
+            table_label="Results per host × interpreter",
+        ),
+        Section(
+            "results-ns",
+            "Times behind the results",
+            level=3,
+            note=(
+                "Per cell: baseline ns → candidate ns per cycle (medians over processes of "
+                "the per-process medians) · processes in which the candidate was faster."
             ),
-        ]
+            table=tables.ns_grid(data),
+            table_label="ns per cycle per host × interpreter",
+            fold=True,
+            detail=True,
+        ),
+        Section("validation", "Validation", note=prose.validation_paragraph(data)),
+    ]
+    aa = tables.aa_table(data)
+    out.append(
+        Section(
+            "aa",
+            "Noise floor (A/A)",
+            level=3,
+            note=(
+                "The same source measured twice as two variants: any difference is noise, so "
+                "the CI must contain 0. Its half-width is shown beside the real results "
+                "(column A/A ±)."
+                if not aa.empty
+                else "No headline run has an A/A pair (collect one with `AA=1`)."
+            ),
+            table=aa if not aa.empty else None,
+            table_label=f"A/A comparisons ({len(aa)} cells)",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
     )
-
-
-def details(body: str, *, summary: str) -> str:
-    """Wrap HTML in a collapsible ``<details>`` (works without JavaScript)."""
-    return f"<details><summary>{html.escape(summary)}</summary>\n{body}\n</details>"
+    out.append(
+        Section(
+            "order",
+            "Order effect",
+            level=3,
+            note=(
+                "Per process: least-squares slope of log time against the variant's position "
+                "in its round (variant levels removed), shown as the change from the first to "
+                "the last position (median over processes) with its bootstrap CI. WARNING "
+                "marks cells where the CI excludes 0 and the effect is larger than the "
+                "tightest comparison CI half-width of the cell."
+            ),
+            table=tables.order_table(data),
+            table_label="Order effect per cell",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out.append(
+        Section(
+            "full",
+            "Full results (main phase)",
+            note=tables.headline_note(data),
+            detail=True,
+            writeup=False,
+        )
+    )
+    for case in HEADLINE_CASES:
+        table = tables.results_table(data, [case])
+        if table.empty:
+            continue
+        out.append(
+            Section(
+                f"case-{case}",
+                CASE_TITLES[case],
+                level=3,
+                note=tables.case_note(case, data),
+                table=table,
+                table_label=f"{CASE_TITLES[case]}: {len(table)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    gap = tables.floor_gap_table(data)
+    if not gap.empty:
+        out.append(
+            Section(
+                "floor-gap",
+                "Gap to the lower bound",
+                note=_floor_gap_note(data),
+                table=gap,
+                table_label=f"Gap closed per cell: {len(gap)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    others = [c for c in tables.present_cases(data, "main") if c not in HEADLINE_CASES]
+    if others:
+        table = tables.results_table(data, others)
+        out.append(
+            Section(
+                "other-cases",
+                "Other cases",
+                note="; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in others) + ".",
+                table=table,
+                table_label=f"Other cases: {len(table)} rows",
+                figure="forest_all",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    confirm = tables.present_cases(data, "confirm")
+    if confirm:
+        table = tables.results_table(data, confirm, phase="confirm")
+        out.append(
+            Section(
+                "confirm",
+                "Confirmation run",
+                note=(
+                    "A second set of fresh worker processes, run after the main phase, repeats "
+                    "these cases; the statistics are computed the same way and independently "
+                    "of the main phase."
+                ),
+                table=table,
+                table_label=f"Confirmation run: {len(table)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    out.append(
+        Section(
+            "process-ratios",
+            figures.FIGURES["process_ratios"].title,
+            figure="process_ratios",
+            detail=True,
+        )
+    )
+    ns = tables.ns_table(data)
+    out.append(
+        Section(
+            "ns",
+            figures.FIGURES["ns_per_variant"].title,
+            table=ns,
+            table_label=f"Median ns per cycle per variant (main phase): {len(ns)} rows",
+            figure="ns_per_variant",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out += [
+        Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
+        Section(
+            "machines",
+            "Machines and interpreters",
+            level=3,
+            table=tables.environment_table(data),
+            table_label="Machine and interpreter of every headline run",
+            fold=True,
+            detail=True,
+            writeup=False,
+        ),
+        Section(
+            "variants",
+            "Variants",
+            level=3,
+            note=(
+                "sha256 prefixes of the class source and of the file it was cut from; the "
+                "full digests (one row per run and variant) are in "
+                "`data/processed/variants.csv`."
+            ),
+            table=tables.variants_table(data),
+            table_label="Variants of the headline runs",
+            fold=True,
+            detail=True,
+        ),
+        Section("methods", "Methods", note=prose.methods_paragraph(data), detail=True),
+        Section("reproduce", "Reproduce", note=prose.reproduce_commands(data)),
+        Section(
+            "runs",
+            "Provenance: every run found",
+            note=tables.runs_note(data),
+            table=tables.runs_table(data),
+            table_label=f"Runs ({len(data.runs)})",
+            fold=True,
+            detail=True,
+        ),
+    ]
+    return out

@@ -9,7 +9,8 @@ render them; numeric columns are right-aligned in both.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -79,21 +80,38 @@ def _num(x: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def _finite(x: object) -> bool:
+    return not _na(x) and bool(np.isfinite(float(x)))  # type: ignore[arg-type]
+
+
 def fmt_pct(x: float, digits: int = 1) -> str:
     """Format a fraction as a percentage (``0.201`` -> ``20.1%``); NaN -> ``n/a``."""
-    return "n/a" if not np.isfinite(x) else f"{_num(x * 100, digits)}%"
+    return f"{_num(x * 100, digits)}%" if _finite(x) else "n/a"
 
 
 def fmt_ci(low: float, high: float, digits: int = 1) -> str:
-    """Format a CI of fractions as percentages: ``[18.9, 21.0]``; NaN -> ``n/a``."""
-    if not (np.isfinite(low) and np.isfinite(high)):
+    """Format a CI of fractions as percentages: ``[18.9, 21.0]``; NaN -> ``n/a``.
+
+    The one formatter of intervals: every table, summary and sentence goes through it
+    (directly or through :func:`fmt_estimate`), so a missing interval reads ``n/a``
+    everywhere.
+    """
+    if not (_finite(low) and _finite(high)):
         return "n/a"
     return f"[{_num(low * 100, digits)}, {_num(high * 100, digits)}]"
 
 
+def fmt_estimate(x: float, low: float, high: float, digits: int = 1) -> str:
+    """An estimate with its CI: ``20.3% [19.5, 21.3]``, ``20.3% (CI n/a)`` or ``n/a``."""
+    if not _finite(x):
+        return "n/a"
+    ci = fmt_ci(low, high, digits)
+    return f"{fmt_pct(x, digits)} {ci}" if ci != "n/a" else f"{fmt_pct(x, digits)} (CI n/a)"
+
+
 def fmt_ns(x: float) -> str:
     """Format nanoseconds with one decimal and thousands separators."""
-    return "n/a" if not np.isfinite(x) else f"{x:,.1f}"
+    return f"{x:,.1f}" if _finite(x) else "n/a"
 
 
 def fmt_pool(pool: int) -> str:
@@ -136,6 +154,7 @@ def results_table(
     phase: str = "main",
     headline_only: bool = True,
     kind: str = analysis.PAIR,
+    pair: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
     """Comparison results, one row per host x interpreter x pool x comparison (x case).
 
@@ -148,9 +167,12 @@ def results_table(
     phase
         ``"main"`` or ``"confirm"``.
     headline_only
-        Only the newest complete run per host x interpreter.
+        Only the headline run (newest full-protocol run) per host x interpreter.
     kind
         ``"pair"`` (real comparisons) or ``"aa"`` (A/A noise floor).
+    pair
+        Only this ``(candidate, baseline)`` comparison (the Comparison column is left
+        out then).
 
     Returns
     -------
@@ -159,13 +181,9 @@ def results_table(
         Reduction, 95% CI, Verdict, Faster in, sample CV, and ``A/A ±`` when an A/A pair
         was measured in any shown run.
     """
-    s = data.summary
-    sel = s[(s["phase"] == phase) & (s["kind"] == kind) & s["case"].isin(list(cases))]
-    if headline_only:
-        sel = sel[sel["headline"].fillna(False)]
-    sel = sel.assign(
-        _pair=_pair_rank(sel, data.settings.pairs), _case=_case_rank(sel["case"])
-    ).sort_values(["_pair", "candidate", "baseline", "_case", "host", "interpreter", "pool"])
+    sel = comparison_rows(data, cases, phase=phase, headline_only=headline_only, kind=kind)
+    if pair is not None:
+        sel = sel[(sel["candidate"] == pair[0]) & (sel["baseline"] == pair[1])]
     ci = ci_header(data.settings.confidence)
     show_aa = kind == analysis.PAIR and sel["aa_half_width"].notna().any()
     rows = []
@@ -190,8 +208,170 @@ def results_table(
         )
         if show_aa:
             row["A/A ±"] = "–" if _na(r.aa_half_width) else fmt_pct(r.aa_half_width, 2)
+        if pair is not None:
+            del row["Comparison"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def comparisons(
+    data: processed.Processed, cases: Sequence[str], *, phase: str = "main"
+) -> list[tuple[str, str]]:
+    """The ``(candidate, baseline)`` comparisons of ``cases`` in the headline runs, in
+    report order (configured pairs first)."""
+    sel = comparison_rows(data, cases, phase=phase)
+    return list(dict.fromkeys(zip(sel["candidate"], sel["baseline"], strict=True)))
+
+
+def comparison_rows(
+    data: processed.Processed,
+    cases: Sequence[str],
+    *,
+    phase: str = "main",
+    headline_only: bool = True,
+    kind: str = analysis.PAIR,
+) -> pd.DataFrame:
+    """Rows of ``summary`` for ``cases``, in report order.
+
+    Configured pairs first (then any other comparison), then case, host, interpreter and
+    pool; the sort keys ``_pair`` and ``_case`` are kept as columns.
+    """
+    s = data.summary
+    sel = s[(s["phase"] == phase) & (s["kind"] == kind) & s["case"].isin(list(cases))]
+    if headline_only:
+        sel = sel[sel["headline"].fillna(False)]
+    return sel.assign(
+        _pair=_pair_rank(sel, data.settings.pairs), _case=_case_rank(sel["case"])
+    ).sort_values(["_pair", "candidate", "baseline", "_case", "host", "interpreter", "pool"])
+
+
+def verdict_counts(verdicts: pd.Series) -> str:
+    """``faster 8/8``, or ``faster 6/8, inconclusive 2/8`` (most frequent first)."""
+    counts = verdicts.fillna("n/a").astype(str).value_counts()
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{v} {n}/{len(verdicts)}" for v, n in ordered)
+
+
+def _range_cell(cells: pd.DataFrame) -> str:
+    """Lowest and highest reduction of some cells, each with its CI, and their verdicts."""
+    if cells.empty:
+        return "–"
+    valid = cells[cells["reduction"].notna()]
+    if valid.empty:
+        text = "n/a"
+    else:
+        lo = valid.loc[valid["reduction"].idxmin()]
+        hi = valid.loc[valid["reduction"].idxmax()]
+        text = fmt_estimate(lo["reduction"], lo["ci_low"], lo["ci_high"])
+        if len(valid) > 1:
+            text += " to " + fmt_estimate(hi["reduction"], hi["ci_low"], hi["ci_high"])
+    return f"{text}; {verdict_counts(cells['verdict'])}"
+
+
+def summary_table(data: processed.Processed, cases: Sequence[str] = HEADLINE_CASES) -> pd.DataFrame:
+    """The answer at a glance: per comparison and case, the range over each host's cells.
+
+    Parameters
+    ----------
+    data
+        Processed tables (main phase of the headline runs).
+    cases
+        Cases shown (default: the headline cases).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Comparison, Cycles, then one column per host: the lowest and the highest
+        reduction over the host's interpreters and pools, each with its CI, and the
+        verdict counts of those cells.
+    """
+    sel = comparison_rows(data, cases)
+    if sel.empty:
+        return pd.DataFrame()
+    hosts = sorted(sel["host"].unique())
+    rows = []
+    keys = ["_pair", "candidate", "baseline", "_case", "case"]
+    for (_, cand, base, _, case), grp in sel.groupby(keys, sort=True):
+        row = {"Comparison": comparison(cand, base), "Cycles": case}
+        for host in hosts:
+            row[host] = _range_cell(grp[grp["host"] == host])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["wrap"] = hosts
+    return out
+
+
+def _grid(
+    data: processed.Processed, cases: Sequence[str], cell: Callable[[Any], str]
+) -> pd.DataFrame:
+    """Rows comparison x host x interpreter, one column per case and pool (``cell(row)``)."""
+    sel = comparison_rows(data, cases)
+    if sel.empty:
+        return pd.DataFrame()
+    cells = sorted(
+        {(c, int(p)) for c, p in zip(sel["case"], sel["pool"], strict=True)},
+        key=lambda cp: (schema.case_rank(cp[0]), cp[1]),
+    )
+    columns = {cp: f"{cp[0]} · {fmt_pool(cp[1])}" for cp in cells}
+    rows = []
+    keys = ["_pair", "candidate", "baseline", "host", "interpreter"]
+    for (_, cand, base, host, interp), grp in sel.groupby(keys, sort=True):
+        row = {"Comparison": comparison(cand, base), "Host": host, "Python": interp}
+        by_cell = {(r.case, int(r.pool)): r for r in grp.itertuples(index=False)}
+        for cp, col in columns.items():
+            r = by_cell.get(cp)
+            row[col] = "–" if r is None else cell(r)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["right"] = list(columns.values())
+    # Six or more cells of ~25 characters: let them wrap rather than scroll sideways.
+    out.attrs["wrap"] = ["Comparison", *columns.values()]
+    return out
+
+
+def headline_grid(data: processed.Processed, cases: Sequence[str] = HEADLINE_CASES) -> pd.DataFrame:
+    """Compact results: one row per comparison x host x interpreter, pools side by side.
+
+    Parameters
+    ----------
+    data
+        Processed tables (main phase of the headline runs).
+    cases
+        Cases shown (default: the headline cases).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Comparison, Host, Python, then one column per case and pool (``alloc1 · 2,048``)
+        holding ``reduction [CI] verdict`` (``–`` where the run has no such cell).
+    """
+    return _grid(
+        data, cases, lambda r: f"{fmt_estimate(r.reduction, r.ci_low, r.ci_high)} {r.verdict}"
+    )
+
+
+def ns_grid(data: processed.Processed, cases: Sequence[str] = HEADLINE_CASES) -> pd.DataFrame:
+    """Times behind :func:`headline_grid`, in its layout.
+
+    Parameters
+    ----------
+    data
+        Processed tables (main phase of the headline runs).
+    cases
+        Cases shown (default: the headline cases).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Comparison, Host, Python, then one column per case and pool holding
+        ``baseline ns → candidate ns · processes faster/processes``.
+    """
+
+    def cell(r: Any) -> str:
+        faster = f"{round(r.share_faster * r.n_processes)}/{r.n_processes}"
+        return f"{fmt_ns(r.baseline_ns)} → {fmt_ns(r.candidate_ns)} · {faster}"
+
+    return _grid(data, cases, cell)
 
 
 def aa_table(data: processed.Processed, *, headline_only: bool = True) -> pd.DataFrame:
@@ -446,8 +626,105 @@ def _variant_order(data: processed.Processed) -> dict[str, int]:
 # runs and provenance
 
 
+#: Columns of ``runs`` shown by :func:`runs_table` under their own header.
+_RUNS_HEADERS = {
+    "host": "Host",
+    "interpreter": "Python",
+    "run_id": "Run",
+    "status": "Status",
+    "started_at": "Started",
+}
+#: Columns of ``runs`` that :func:`runs_table` folds into one of its columns
+#: (processes, samples, commit, use) or that other tables show (the environment
+#: table, the methods paragraph, the reproduce commands).
+_RUNS_SHOWN_ELSEWHERE = {
+    "included",
+    "headline",
+    "note",
+    "ended_at",
+    "python_implementation",
+    "python_version",
+    "python_tag",
+    "python_build",
+    "python_compiler",
+    "python_executable",
+    "hostname",
+    "cpu_model",
+    "cpu_count",
+    "kernel",
+    "platform",
+    "governor",
+    "load_avg_start",
+    "load_avg_end",
+    "baseline",
+    "block_source",
+    "processes",
+    "confirm_processes",
+    "samples",
+    "sample_ms",
+    "warmup_ms",
+    "pools",
+    "cases",
+    "confirm_cases",
+    "cpu",
+    "gc",
+    "run_seed",
+    "quick",
+    "aa",
+    "processes_planned_main",
+    "processes_planned_confirm",
+    "processes_completed_main",
+    "processes_completed_confirm",
+    "pinned_processes",
+    "gates_passed",
+    "commit",
+    "dirty",
+    "n_samples",
+}
+
+
+#: Columns of ``variants`` that :func:`variants_table` shows or folds into a column.
+_VARIANTS_KNOWN = {
+    "host",
+    "run_id",
+    "position",
+    "label",
+    "source",
+    "class_name",
+    "vllm_version",
+    "class_sha256",
+    "file_sha256",
+    "block_source",
+    "block_class_sha256",
+    "is_bound",
+    "gate_ok",
+    "gate_ops_checked",
+    "gate_invalid_compared",
+}
+
+
+def _header(column: str) -> str:
+    """Display header of a processed-table column: ``git_state`` -> ``Git state``."""
+    return column.replace("_", " ").capitalize()
+
+
+def _cell_text(value: object) -> str:
+    """A value of a processed table as display text (bools as yes/no, missing as –)."""
+    if _na(value):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def runs_table(data: processed.Processed) -> pd.DataFrame:
     """Every run found: which one each headline table uses, which were left out and why.
+
+    Generic over the columns of ``runs``: a column that no other table shows (a note
+    added to the processed table later, say) is listed here with a header made from
+    its name, unless it is empty in every run.
 
     Parameters
     ----------
@@ -457,27 +734,36 @@ def runs_table(data: processed.Processed) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Host, Python, Run, Status, Started, Processes done (main/confirm), Samples, Use.
+        Host, Python, Run, Status, Started, Processes (main + confirm), Samples, Commit,
+        any further column of ``runs``, then Use.
     """
+    runs = data.runs
+    extra = [
+        c
+        for c in runs.columns
+        if c not in _RUNS_HEADERS and c not in _RUNS_SHOWN_ELSEWHERE and not runs[c].map(_na).all()
+    ]
     rows = []
-    for r in data.runs.itertuples(index=False):
+    for r in runs.to_dict("records"):
         done = (
-            f"{_int(r.processes_completed_main)}/{_int(r.processes_planned_main)} + "
-            f"{_int(r.processes_completed_confirm)}/{_int(r.processes_planned_confirm)}"
+            f"{_int(r['processes_completed_main'])}/{_int(r['processes_planned_main'])} + "
+            f"{_int(r['processes_completed_confirm'])}/{_int(r['processes_planned_confirm'])}"
         )
-        rows.append(
-            {
-                "Host": r.host,
-                "Python": r.interpreter,
-                "Run": r.run_id,
-                "Status": r.status,
-                "Started": _str(r.started_at),
-                "Processes (main + confirm)": done,
-                "Samples": _int(r.n_samples),
-                "Use": r.note,
-            }
-        )
-    return pd.DataFrame(rows)
+        commit = _str(r["commit"])[:12]
+        if not _na(r["dirty"]) and bool(r["dirty"]):
+            commit += " (dirty)"
+        row = {header: _cell_text(r[col]) for col, header in _RUNS_HEADERS.items()}
+        row |= {
+            "Processes (main + confirm)": done,
+            "Samples": _int(r["n_samples"]),
+            "Commit": commit,
+        }
+        row |= {_header(c): _cell_text(r[c]) for c in extra}
+        row["Use"] = _cell_text(r["note"])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["wrap"] = [_header(c) for c in extra]
+    return out
 
 
 def environment_table(data: processed.Processed) -> pd.DataFrame:
@@ -529,11 +815,17 @@ def environment_table(data: processed.Processed) -> pd.DataFrame:
         }
         fields = list(values)
         columns[f"{r.host} · {r.interpreter}"] = list(values.values())
-    return pd.DataFrame({"Field": fields, **columns})
+    out = pd.DataFrame({"Field": fields, **columns})
+    out.attrs["wrap"] = list(columns)
+    return out
 
 
 def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.DataFrame:
-    """Provenance of every variant in the headline runs.
+    """Provenance of the variants of the headline runs, one row per distinct variant.
+
+    A variant measured identically (same source, digests, block class and gate result)
+    in several runs is one row; ``Runs`` names the runs (``all N`` when it is in every
+    headline run). The per-run rows are in ``data/processed/variants.csv``.
 
     Parameters
     ----------
@@ -545,14 +837,19 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
     Returns
     -------
     pandas.DataFrame
-        Host, Python, Variant, Role (an A/A copy names its source), vLLM, Class sha256,
-        File sha256, Block class from, Gate (the run ids are in :func:`environment_table`).
+        Variant, Role (an A/A copy names its source), vLLM, Class sha256, File sha256,
+        Block class from, Gate, any further column of ``variants`` (a release check,
+        say), Runs.
     """
     heads = data.headline_runs()[["host", "run_id", "interpreter", "baseline"]]
     v = data.variants.merge(heads, on=["host", "run_id"]).sort_values(
         ["host", "interpreter", "run_id", "position"]
     )
-    rows = []
+    # Columns this table does not know (a check added to variants.csv later) are shown
+    # as they are, unless empty in every row.
+    extra = [c for c in data.variants.columns if c not in _VARIANTS_KNOWN]
+    extra = [c for c in extra if not v[c].map(_na).all()]
+    grouped: dict[tuple[str, ...], list[str]] = {}
     for r in v.itertuples(index=False):
         if r.label == r.baseline:
             role = "baseline"
@@ -567,20 +864,28 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
             gate = "FAILED"
         if gate == "passed" and not _na(r.gate_ops_checked):
             gate += f" ({int(r.gate_ops_checked):,} ops)"
-        rows.append(
-            {
-                "Host": r.host,
-                "Python": r.interpreter,
-                "Variant": r.label,
-                "Role": role,
-                "vLLM": _str(r.vllm_version),
-                "Class sha256": _str(r.class_sha256)[:sha_chars],
-                "File sha256": _str(r.file_sha256)[:sha_chars],
-                "Block class from": _str(r.block_source),
-                "Gate": gate,
-            }
+        key = (
+            r.label,
+            role,
+            _str(r.vllm_version),
+            _str(r.class_sha256)[:sha_chars],
+            _str(r.file_sha256)[:sha_chars],
+            _str(r.block_source),
+            gate,
+            *(_cell_text(getattr(r, c)) for c in extra),
         )
-    return pd.DataFrame(rows)
+        grouped.setdefault(key, []).append(f"{r.host} · {r.interpreter}")
+    n_runs = len(heads)
+    header = ["Variant", "Role", "vLLM", "Class sha256", "File sha256", "Block class from"]
+    header += ["Gate", *(_header(c) for c in extra)]
+    rows = []
+    for key, where in grouped.items():
+        row = dict(zip(header, key, strict=True))
+        row["Runs"] = f"all {n_runs}" if len(where) == n_runs else ", ".join(where)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["wrap"] = ["Runs", *(_header(c) for c in extra)]
+    return out
 
 
 def _str(value: object) -> str:
@@ -595,14 +900,15 @@ def _int(value: object) -> str:
 # rendering
 
 
-def _wraps(col: str) -> bool:
-    # Free-text columns, and the per-run columns of the transposed environment table.
-    return col in _WRAP or " · " in col
+def _wraps(df: pd.DataFrame, col: str) -> bool:
+    # Free-text columns, and the columns a table marks in ``attrs["wrap"]``.
+    return col in _WRAP or col in df.attrs.get("wrap", ())
 
 
-def _is_numeric(col: str) -> bool:
+def _is_numeric(df: pd.DataFrame, col: str) -> bool:
     return (
         col in _NUMERIC
+        or col in df.attrs.get("right", ())
         or col.endswith(" CI")
         or "CI" in col.split()
         or col.startswith("Gap closed")
@@ -616,7 +922,8 @@ def to_html(df: pd.DataFrame, *, empty: str = "No data.") -> str:
     Parameters
     ----------
     df
-        A table from this module.
+        A table from this module (``df.attrs`` may name extra ``right``-aligned and
+        ``wrap``-ping columns).
     empty
         Text shown instead of an empty table.
 
@@ -628,9 +935,9 @@ def to_html(df: pd.DataFrame, *, empty: str = "No data.") -> str:
         return f'<p class="kvq-empty"><em>{html.escape(empty)}</em></p>'
 
     def cell(tag: str, col: str, text: str) -> str:
-        style = ' style="text-align:right"' if _is_numeric(col) else ' style="text-align:left"'
-        cls = ' class="kvq-wrap"' if _wraps(col) and tag == "td" else ""
-        return f"<{tag}{cls}{style}>{html.escape(text)}</{tag}>"
+        align = "right" if _is_numeric(df, col) else "left"
+        cls = ' class="kvq-wrap"' if _wraps(df, col) and tag == "td" else ""
+        return f'<{tag}{cls} style="text-align:{align}">{html.escape(text)}</{tag}>'
 
     head = "".join(cell("th", c, c) for c in df.columns)
     body = "\n".join(
@@ -645,8 +952,16 @@ def to_html(df: pd.DataFrame, *, empty: str = "No data.") -> str:
     )
 
 
+def _md_cell(value: object) -> str:
+    # "|" would end a cell in GFM; a line break would end the row.
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
 def to_markdown(df: pd.DataFrame, *, empty: str = "No data.") -> str:
-    """Render a display table as GitHub-flavoured Markdown (numbers right-aligned).
+    """Render a display table as a GitHub-flavoured Markdown pipe table.
+
+    Cells are not padded to a common width (GitHub aligns the rendered table; padding
+    would double the size of a long table); numbers are right-aligned.
 
     Parameters
     ----------
@@ -661,11 +976,15 @@ def to_markdown(df: pd.DataFrame, *, empty: str = "No data.") -> str:
     """
     if df.empty:
         return f"_{empty}_"
-    align = ["right" if _is_numeric(c) else "left" for c in df.columns]
-    # "|" would end a cell in GFM.
-    clean = df.map(lambda v: str(v).replace("|", "\\|"))
-    # disable_numparse: cells are already formatted ("96.0" must not become "96").
-    return clean.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True)
+    align = ["---:" if _is_numeric(df, c) else ":---" for c in df.columns]
+    lines = [
+        "| " + " | ".join(_md_cell(c) for c in df.columns) + " |",
+        "| " + " | ".join(align) + " |",
+    ]
+    lines += [
+        "| " + " | ".join(_md_cell(v) for v in row) + " |" for row in df.itertuples(index=False)
+    ]
+    return "\n".join(lines)
 
 
 def case_note(case: str, data: processed.Processed) -> str:
@@ -699,26 +1018,30 @@ def present_cases(data: processed.Processed, phase: str) -> list[str]:
 
 
 def runs_note(data: processed.Processed) -> str:
-    """Which runs the headline tables use, which are older and which were left out."""
+    """Which runs the headline tables use, which are not headline runs and which were left
+    out (each with its note: status, altered, quick, older)."""
     r = data.runs
     heads = r[r["headline"].fillna(False)]
-    older = r[r["included"].fillna(False) & ~r["headline"].fillna(False)]
+    others = r[r["included"].fillna(False) & ~r["headline"].fillna(False)]
     left = r[~r["included"].fillna(False)]
     parts = [
-        "The headline tables use the newest complete run per host × interpreter: "
+        "The headline tables use the newest full-protocol run per host × interpreter: "
         + (", ".join(f"{x.host}/{x.run_id}" for x in heads.itertuples()) or "none")
         + "."
     ]
-    if len(older):
+    if len(others):
         parts.append(
-            "Older complete runs (in data/processed, not in the headline tables): "
-            + ", ".join(f"{x.host}/{x.run_id}" for x in older.itertuples())
+            "Other included runs (in data/processed, not in the headline tables): "
+            + ", ".join(f"{x.host}/{x.run_id} ({x.note})" for x in others.itertuples())
             + "."
         )
     if len(left):
         parts.append(
-            "Left out because they are not complete: "
-            + ", ".join(f"{x.host}/{x.run_id} (status {x.status})" for x in left.itertuples())
+            "Left out: "
+            + ", ".join(
+                f"{x.host}/{x.run_id} ({str(x.note).removeprefix('left out: ')})"
+                for x in left.itertuples()
+            )
             + "."
         )
     return " ".join(parts)

@@ -69,8 +69,10 @@ def write_run(
     process_noise: float = 0.05,
     order_effect: float = 0.0,
     seed: int = 1,
+    noise_seed: int | None = None,
     python_version: str = "3.12.1",
     cpu_model: str = "Synthetic CPU @ 1.00GHz",
+    executable: str | None = None,
     write_samples: bool = True,
 ) -> Path:
     """Write one run folder and return its path.
@@ -93,9 +95,13 @@ def write_run(
     order_effect
         Relative slowdown per position step in a round (0.01 = +1 % per step).
     seed
-        Generator seed.
+        The run seed recorded in ``run.json`` (and the generator's seed).
+    noise_seed
+        Another generator seed, for runs that record the same run seed.
     python_version, cpu_model
         Environment strings.
+    executable
+        The interpreter's path (default ``/usr/bin/python3.<minor>``).
     write_samples
         Write ``samples.csv`` (an incomplete run may have none).
 
@@ -108,10 +114,11 @@ def write_run(
     labels = labels_for(sources)
     for lab, src in zip(labels, sources, strict=True):
         factors.setdefault(lab, factors.get(src, 1.0))
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed if noise_seed is None else noise_seed)
     run_dir = Path(raw_dir) / host / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     minor = python_version.split(".")[1]
+    executable = executable or f"/usr/bin/python3.{minor}"
 
     rows: list[list[object]] = []
     seeds: dict[str, list[int]] = {"main": [], "confirm": []}
@@ -204,7 +211,7 @@ def write_run(
             "load_avg_end": [0.9, 0.5, 0.2],
         },
         "python": {
-            "executable": f"/usr/bin/python3.{minor}",
+            "executable": executable,
             "version": python_version,
             "implementation": "CPython",
             "build": "main, Jan 1 2026",
@@ -216,7 +223,7 @@ def write_run(
         "variants": variants,
         "parameters": {
             "host": host,
-            "python": f"/usr/bin/python3.{minor}",
+            "python": executable,
             "variants": list(dict.fromkeys(sources)),
             "processes": processes,
             "confirm_processes": confirm_processes,
@@ -321,3 +328,65 @@ def write_fixture(raw_dir: Path | str, *, tiny: bool = True) -> dict[str, Path]:
             **design,  # type: ignore[arg-type]
         ),
     }
+
+
+#: Interpreters of :func:`write_hosts` (the versions of the committed runs).
+PYTHONS = ("3.10.13", "3.11.7", "3.12.1", "3.13.0")
+#: A third comparison for :func:`write_hosts` data, beside the two default pairs.
+THIRD_PAIR = ("kvqueue", "vllm==0.31.0")
+
+
+def write_hosts(
+    raw_dir: Path | str,
+    *,
+    hosts: int = 4,
+    pythons: Sequence[str] = PYTHONS,
+    samples: int = 3,
+    **design: object,
+) -> list[Path]:
+    """One run of the default protocol per host x interpreter: a report at full size.
+
+    Every case on both pools, a confirmation run, an A/A pair and the lower bound, with
+    labels and paths as long as real ones; only ``samples`` is small (it does not
+    change the size of any table). Report on it with ``pairs`` =
+    :data:`kvqueue.params.DEFAULT_PAIRS` + (:data:`THIRD_PAIR`,) for three comparisons.
+
+    Parameters
+    ----------
+    raw_dir
+        The raw-data root.
+    hosts
+        Number of hosts (``synth-host-1``, ...).
+    pythons
+        Interpreter versions; one run each per host.
+    samples
+        Sample rounds per process.
+    design
+        Further :func:`write_run` arguments.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The run folders.
+    """
+    out = []
+    for h in range(1, hosts + 1):
+        for k, version in enumerate(pythons):
+            minor = version.split(".")[1]
+            out.append(
+                write_run(
+                    raw_dir,
+                    host=f"synth-host-{h}",
+                    run_id=f"20261129T1{h}{k}000Z-cp3{minor}-{h:02d}{k:02d}",
+                    started_at=f"2026-11-29T1{h}:{k}0:00+00:00",
+                    sources=(*DEFAULT_VARIANTS, DEFAULT_VARIANTS[0]),
+                    samples=samples,
+                    seed=h,  # one SEED per host, as the committed runs have
+                    noise_seed=100 * h + k,
+                    python_version=version,
+                    cpu_model=f"Synthetic Xeon(R) Processor model {h} @ 2.10GHz",
+                    executable=f"/root/.pyenv/versions/{version}/bin/python",
+                    **design,  # type: ignore[arg-type]
+                )
+            )
+    return out

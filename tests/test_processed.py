@@ -82,7 +82,7 @@ def test_ensure_reuses_then_rebuilds_on_change(fixture_raw: Path, tmp_path: Path
 # content
 
 
-def test_headline_is_newest_complete_run_and_incomplete_run_is_named(
+def test_headline_is_newest_full_run_and_incomplete_run_is_named(
     fixture_raw: Path, tmp_path: Path
 ) -> None:
     data = processed.build(fixture_raw, tmp_path, FAST)
@@ -97,7 +97,7 @@ def test_headline_is_newest_complete_run_and_incomplete_run_is_named(
         assert "20261129T120000Z-cp312-cccc" not in set(data.table(name)["run_id"]), name
     note = tables.runs_note(data)
     assert "synth-a/20261129T120000Z-cp312-cccc (status interrupted)" in note
-    assert "Older complete runs" in note and "20261128T090000Z-cp312-aaaa" in note
+    assert "Other included runs" in note and "20261128T090000Z-cp312-aaaa (older run" in note
 
 
 def test_summary_recovers_synthetic_truth(fixture_raw: Path, tmp_path: Path) -> None:
