@@ -13,8 +13,8 @@ STAMP        := $(VENV)/.installed
 # PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
 # They reach `python -m kvqueue bench --from-env` as KVQUEUE_<NAME> environment
 # variables, verbatim: no value is ever evaluated by a shell.
-BENCH_VARS := HOST PYTHON VARIANTS PROCESSES CONFIRM_PROCESSES SAMPLES SAMPLE_MS POOLS \
-              CASES CONFIRM_CASES CPU GC SEED GATE_OPS QUICK AA BLOCK_SOURCE
+BENCH_VARS := HOST PYTHON VARIANTS PROCESSES CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS \
+              POOLS CASES CONFIRM_CASES CPU GC SEED GATE_OPS QUICK AA BLOCK_SOURCE
 HOST     ?=
 PYTHON   ?= python3
 VARIANTS ?=
@@ -22,6 +22,7 @@ PROCESSES         ?=
 CONFIRM_PROCESSES ?=
 SAMPLES   ?=
 SAMPLE_MS ?=
+EPOCHS    ?=
 POOLS     ?=
 CASES     ?=
 CONFIRM_CASES ?=

@@ -89,6 +89,12 @@ class BenchParams:
     )
     samples: int = _param(9, "SAMPLES", "sample rounds per process and (case, pool)", "int")
     sample_ms: float = _param(20.0, "SAMPLE_MS", "target length of one sample in ms", "float")
+    epochs: int = _param(
+        1,
+        "EPOCHS",
+        "layout epochs per process: classes, queues, runners and padding re-made (1: once)",
+        "int",
+    )
     pools: tuple[int, ...] = _param(schema.POOLS, "POOLS", "pool sizes in blocks", "ints")
     cases: tuple[str, ...] = _param(schema.CASES, "CASES", "cases of the main phase", "words")
     confirm_cases: tuple[str, ...] = _param(
@@ -293,6 +299,10 @@ def check_counts(p: BenchParams) -> None:
             raise BenchInputError(f"{name} must be a positive whole number, got {value!r}")
         if value > top:
             raise BenchInputError(f"{name} must be at most {top}, got {value}")
+    if not _whole(p.epochs) or not 1 <= p.epochs <= p.samples:
+        raise BenchInputError(
+            f"epochs must be a whole number from 1 to samples ({p.samples}), got {p.epochs!r}"
+        )
     if not _whole(p.gate_ops) or p.gate_ops < 1:
         raise BenchInputError(f"gate_ops must be a positive whole number, got {p.gate_ops!r}")
     if not _whole(p.confirm_processes) or p.confirm_processes < 0:

@@ -58,7 +58,16 @@ UNSEALED_NO_DIGESTS = "unsealed (run.json records no digests)"
 ALTERED = "altered: "
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
-_INT_COLUMNS = ("process", "pool", "sample", "order_position", "loops", "ops_per_loop", "ns_total")
+_INT_COLUMNS = (
+    "process",
+    "pool",
+    "sample",
+    "order_position",
+    "loops",
+    "ops_per_loop",
+    "ns_total",
+    "epoch",
+)
 _FLOAT_COLUMNS = ("ns_per_cycle",)
 _STR_COLUMNS = ("phase", "case", "variant")
 
@@ -666,8 +675,9 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
     path = Path(path)
     _require(path.is_file(), path, "missing (a complete run needs its samples)")
     header, rows, lines = _read_csv_rows(path)
-    missing = [c for c in schema.SAMPLE_COLUMNS if c not in header]
-    extra = [c for c in header if c not in schema.SAMPLE_COLUMNS]
+    expected = schema.sample_columns(int(meta.get("schema_version", schema.SCHEMA_VERSION)))
+    missing = [c for c in expected if c not in header]
+    extra = [c for c in header if c not in expected]
     _require(
         not missing and not extra,
         path,
@@ -675,6 +685,8 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
     )
     # Everything as text first, so a bad value can be reported with its line.
     raw = pd.DataFrame(rows, columns=header, dtype=str)
+    if "epoch" not in header:  # before layout epochs: one layout per process
+        raw["epoch"] = "0"
     _require(len(raw) > 0, path, "no samples")
 
     def first(mask: np.ndarray) -> int:
@@ -717,6 +729,7 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
         ("ops_per_loop must be >= 1", (out["ops_per_loop"] < 1).to_numpy()),
         ("ns_total must be > 0", (out["ns_total"] <= 0).to_numpy()),
         ("ns_per_cycle must be > 0", (out["ns_per_cycle"] <= 0).to_numpy()),
+        ("epoch must be >= 0", (out["epoch"] < 0).to_numpy()),
     ]
     for problem, bad in checks:
         if bad.any():

@@ -381,6 +381,7 @@ def run_process(
         "pools": list(params.pools),
         "samples": params.samples,
         "sample_ms": params.sample_ms,
+        "epochs": params.epochs,
         "seed": seed,
         "case_seed": params.seed,
         "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),

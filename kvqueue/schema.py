@@ -18,7 +18,10 @@ write-once:
       variant in that round's shuffled order;
     - ``loops``: timed loop iterations; ``ops_per_loop``: units per iteration (100 for
       ``mix``, else 1); ``ns_total``: ``perf_counter_ns`` difference;
-    - ``ns_per_cycle`` = ``ns_total / (loops * ops_per_loop)``.
+    - ``ns_per_cycle`` = ``ns_total / (loops * ops_per_loop)``;
+    - ``epoch``: 0-based layout epoch of the process in which the sample was taken (the
+      worker re-creates classes, queues, runners and heap padding at each epoch; version
+      3 on, read as 0 for older runs).
 ``bench.ipynb``
     The executed bench notebook (papermill record).
 
@@ -38,8 +41,9 @@ from pathlib import Path
 #: Version 2 added ``files`` (sha256 and row count of ``samples.csv``, sha256 of
 #: ``bench.ipynb``), ``launcher``, the interpreter's flags in ``python`` and the effective
 #: ``parameters.confirm_cases``. Readers take every version in :data:`READABLE_VERSIONS`.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: Version 3 added the ``epoch`` column of ``samples.csv`` and ``parameters.epochs``.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 #: ``run.json`` key of the digests of the run's files (version 2 on).
 FILES_KEY = "files"
 
@@ -59,7 +63,17 @@ SAMPLE_COLUMNS = (
     "ops_per_loop",
     "ns_total",
     "ns_per_cycle",
+    "epoch",
 )
+#: ``samples.csv`` columns of schema versions 1 and 2 (before layout epochs): read with
+#: ``epoch`` 0, since every such process timed all its rounds on one layout.
+SAMPLE_COLUMNS_V1 = SAMPLE_COLUMNS[:-1]
+
+
+def sample_columns(schema_version: int) -> tuple[str, ...]:
+    """The ``samples.csv`` header a run of ``schema_version`` writes."""
+    return SAMPLE_COLUMNS if schema_version >= 3 else SAMPLE_COLUMNS_V1
+
 
 RUN_KEYS = (
     "schema_version",

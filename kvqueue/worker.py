@@ -300,6 +300,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
                                     per_loop,
                                     ns,
                                     ns / (loops * per_loop),
+                                    epoch,
                                 ]
                             )
             if gc_enabled:

@@ -160,7 +160,7 @@ def write_run(
                             total = max(1, round(ns * loops * ops))
                             per = total / (loops * ops)
                             row = [proc, phase, case, pool, lab, sample, pos, loops, ops]
-                            rows.append([*row, total, f"{per:.4f}"])
+                            rows.append([*row, total, f"{per:.4f}", 0])
     if write_samples:
         with (run_dir / "samples.csv").open("w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from synthetic import write_fixture, write_run
 
-from kvqueue import analysis, params, processed, rawdata
+from kvqueue import analysis, params, processed, rawdata, schema
 
 FAST = params.ReportSettings(resamples=1000)
 REPO_RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
@@ -63,7 +63,7 @@ def seal(run: Path) -> Path:
         files["bench.ipynb"] = {
             "sha256": hashlib.sha256((run / "bench.ipynb").read_bytes()).hexdigest()
         }
-    edit_json(run, lambda m: m.update(schema_version=2, files=files))
+    edit_json(run, lambda m: m.update(schema_version=schema.SCHEMA_VERSION, files=files))
     return run
 
 
@@ -75,6 +75,11 @@ def as_v1(run: Path) -> Path:
         meta.pop("files", None)
 
     edit_json(run, change)
+    # Schema 1 wrote no epoch column.
+    path = run / "samples.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0].endswith(",epoch")
+    path.write_text("".join(ln.rsplit(",", 1)[0] + "\n" for ln in lines), encoding="utf-8")
     return run
 
 

@@ -216,7 +216,8 @@ def test_inconsistent_ns_per_cycle_and_duplicates(tmp_path: Path) -> None:
     path = run / "samples.csv"
     lines = path.read_text().splitlines()
     fields = lines[1].split(",")
-    fields[-1] = str(float(fields[-1]) * 2)
+    at = lines[0].split(",").index("ns_per_cycle")
+    fields[at] = str(float(fields[at]) * 2)
     path.write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]) + "\n")
     with pytest.raises(rawdata.RawDataError, match="ns_per_cycle != ns_total"):
         rawdata.read_raw(tmp_path)
