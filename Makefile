@@ -13,12 +13,16 @@ STAMP        := $(VENV)/.installed
 # PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
 # They reach `python -m kvqueue bench --from-env` as KVQUEUE_<NAME> environment
 # variables, verbatim: no value is ever evaluated by a shell.
-BENCH_VARS := HOST PYTHON VARIANTS PROCESSES CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS \
-              POOLS CASES CONFIRM_CASES CPU GC SEED GATE_OPS QUICK AA BLOCK_SOURCE
+BENCH_VARS := HOST PYTHON VARIANTS PROCESSES PRECISION MAX_PROCESSES MAX_MINUTES \
+              CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS POOLS CASES CONFIRM_CASES CPU GC \
+              SEED GATE_OPS QUICK AA BLOCK_SOURCE
 HOST     ?=
 PYTHON   ?= python3
 VARIANTS ?=
 PROCESSES         ?=
+PRECISION         ?=
+MAX_PROCESSES     ?=
+MAX_MINUTES       ?=
 CONFIRM_PROCESSES ?=
 SAMPLES   ?=
 SAMPLE_MS ?=

@@ -83,7 +83,21 @@ class BenchParams:
     variants: tuple[str, ...] = _param(
         DEFAULT_VARIANTS, "VARIANTS", "variant sources, baseline first", "words"
     )
-    processes: int = _param(11, "PROCESSES", "worker processes of the main phase", "int")
+    processes: int = _param(
+        11, "PROCESSES", "main-phase worker processes (with PRECISION: the pilot)", "int"
+    )
+    precision: float = _param(
+        0.5,
+        "PRECISION",
+        "target 95% CI half-width in percentage points; the run sizes itself (0: off)",
+        "float",
+    )
+    max_processes: int = _param(
+        41, "MAX_PROCESSES", "most main-phase processes the precision target may ask for", "int"
+    )
+    max_minutes: float = _param(
+        5.0, "MAX_MINUTES", "time budget of the whole run that caps the target's processes", "float"
+    )
     confirm_processes: int = _param(
         9, "CONFIRM_PROCESSES", "worker processes of the confirmation phase (0: none)", "int"
     )
@@ -129,6 +143,7 @@ class BenchParams:
 
 #: What QUICK=1 changes, unless a value was given explicitly: a smoke run in seconds.
 QUICK_OVERRIDES: dict[str, Any] = {
+    "precision": 0.0,
     "processes": 2,
     "confirm_processes": 1,
     "samples": 3,
@@ -148,6 +163,7 @@ QUICK_LOOP_DEFAULTS: dict[str, Any] = {
     "pools": (2048,),
     "cases": ("alloc1", "alloc2", "mix"),
     "gate_ops": 10_000,
+    "precision": 0.0,
 }
 
 
@@ -299,6 +315,25 @@ def check_counts(p: BenchParams) -> None:
             raise BenchInputError(f"{name} must be a positive whole number, got {value!r}")
         if value > top:
             raise BenchInputError(f"{name} must be at most {top}, got {value}")
+    if (
+        isinstance(p.precision, bool)
+        or not isinstance(p.precision, (int, float))
+        or not math.isfinite(p.precision)
+        or not 0 <= p.precision <= 100
+    ):
+        raise BenchInputError(f"precision must be 0 (off) or up to 100 pp, got {p.precision!r}")
+    if not _whole(p.max_processes) or not p.processes <= p.max_processes <= MAX_PROCESSES:
+        raise BenchInputError(
+            f"max_processes must be a whole number from processes ({p.processes}) to "
+            f"{MAX_PROCESSES}, got {p.max_processes!r}"
+        )
+    if (
+        isinstance(p.max_minutes, bool)
+        or not isinstance(p.max_minutes, (int, float))
+        or not math.isfinite(p.max_minutes)
+        or not p.max_minutes > 0
+    ):
+        raise BenchInputError(f"max_minutes must be a positive number, got {p.max_minutes!r}")
     if not _whole(p.epochs) or not 1 <= p.epochs <= p.samples:
         raise BenchInputError(
             f"epochs must be a whole number from 1 to samples ({p.samples}), got {p.epochs!r}"

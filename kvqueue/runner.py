@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import child, hostinfo, schema, validate
+from kvqueue import child, hostinfo, schema, sizing, validate
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.params import MIN_POOL, BenchParams, Checked, check
 from kvqueue.runfiles import RunWriter
@@ -205,12 +205,44 @@ def phase_cases(params: BenchParams, phase: str) -> list[str]:
     return [c for c in params.confirm_cases if c in params.cases] or list(params.confirm_cases)
 
 
-def process_plan(params: BenchParams) -> list[tuple[str, int, int]]:
-    """(phase, process number, seed) for every process, seeded by the run seed."""
-    rng = random.Random(params.seed)
-    plan = [("main", i, rng.getrandbits(32)) for i in range(1, params.processes + 1)]
-    plan += [("confirm", i, rng.getrandbits(32)) for i in range(1, params.confirm_processes + 1)]
+def process_plan(params: BenchParams, main: int | None = None) -> list[tuple[str, int, int]]:
+    """(phase, process number, seed) for every process, seeded by the run seed.
+
+    ``main`` main processes (default ``params.processes``), then the confirmation ones.
+    Main seeds come from the run seed's stream and confirmation seeds from a second
+    stream, so that a run sized up after its pilot keeps every seed it already used.
+    """
+    main_rng = random.Random(params.seed)
+    confirm_rng = random.Random(f"confirm:{params.seed}")
+    n_main = params.processes if main is None else main
+    plan = [("main", i, main_rng.getrandbits(32)) for i in range(1, n_main + 1)]
+    plan += [
+        ("confirm", i, confirm_rng.getrandbits(32)) for i in range(1, params.confirm_processes + 1)
+    ]
     return plan
+
+
+def _size_after_pilot(
+    params: BenchParams, writer: RunWriter, seconds_spent: float
+) -> sizing.Sizing:
+    """Decide the main-phase size from the pilot's samples (see :mod:`kvqueue.sizing`)."""
+    info = [p for p in writer.record["process_info"] if p["phase"] == "main"]
+    per_process = sum(p["seconds"] for p in info) / max(1, len(info))
+    # A confirmation process times fewer cases: scale its expected time by that share.
+    share = len(phase_cases(params, "confirm")) / max(1, len(params.cases))
+    bounds = [v["label"] for v in writer.record["variants"] if v.get("is_bound")]
+    return sizing.size_run(
+        writer.rows,
+        params.labels,
+        bounds,
+        pilot=params.processes,
+        precision_pp=params.precision,
+        max_processes=params.max_processes,
+        max_minutes=params.max_minutes,
+        seconds_per_process=per_process,
+        seconds_spent=seconds_spent,
+        seconds_after=params.confirm_processes * per_process * share,
+    )
 
 
 def _eta(done: int, total: int, elapsed: float) -> str:
@@ -318,8 +350,31 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
         f"{writer.dir}",
         file=sys.stderr,
     )
+    sized = False
     try:
-        for done, (phase, number, seed) in enumerate(plan):
+        done = 0
+        while True:
+            if not sized and done == params.processes:  # the pilot is complete
+                sized = True
+                decision = _size_after_pilot(params, writer, time.monotonic() - start)
+                writer.record["sizing"] = decision.record()
+                if decision.planned > params.processes:
+                    plan = process_plan(params, main=decision.planned)
+                    writer.record["processes_planned"]["main"] = decision.planned
+                    writer.record["seeds"]["processes"]["main"] = [
+                        s for ph, _, s in plan if ph == "main"
+                    ]
+                writer.save()
+                print(
+                    f"sizing: {decision.planned} main processes (pilot {params.processes}, "
+                    f"the target of ±{params.precision:g} pp asks for {decision.wanted}"
+                    + (f"; capped by {decision.capped_by})" if decision.capped_by else ")"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if done >= len(plan):
+                break
+            phase, number, seed = plan[done]
             result = run_process(params, phase, number, seed, expected)
             info = {
                 "phase": phase,
@@ -331,9 +386,10 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
             if not result["pinned"]:
                 print(f"  note: process not pinned to a CPU ({result['note']})", file=sys.stderr)
             elapsed = time.monotonic() - start
+            done += 1
             print(
-                f"[{done + 1:>2}/{len(plan)}] {phase} {number}: {result['seconds']:.1f} s on "
-                f"CPU {result['cpu']}, ETA {_eta(done + 1, len(plan), elapsed)}",
+                f"[{done:>2}/{len(plan)}] {phase} {number}: {result['seconds']:.1f} s on "
+                f"CPU {result['cpu']}, ETA {_eta(done, len(plan), elapsed)}",
                 file=sys.stderr,
                 flush=True,
             )

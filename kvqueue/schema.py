@@ -93,6 +93,9 @@ RUN_KEYS = (
     "processes_completed",  # {"main": n, "confirm": m}
     "process_info",  # per process: phase, process, cpu, pinned, seed, loops, seconds
 )
+#: Keys a run.json may hold besides the required ones: ``error`` (a failed run's reason)
+#: and ``sizing`` (the precision target's decision after the pilot, version 3 on).
+RUN_KEYS_OPTIONAL = ("error", "sizing")
 #: Keys that version 2 adds to :data:`RUN_KEYS`.
 RUN_KEYS_V2 = (
     FILES_KEY,  # {"samples.csv": {"sha256", "rows"}, "bench.ipynb": {"sha256"}}

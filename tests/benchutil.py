@@ -26,6 +26,8 @@ VARIANTS = ("kvqueue", "kvqueue:floor")
 
 #: CLI arguments of a tiny run (the validation gate still runs its full 60,000 ops).
 TINY_ARGS = (
+    "--precision",  # a fixed size: no second stage
+    "0",
     "--variants",
     " ".join(VARIANTS),
     "--processes",

@@ -236,6 +236,8 @@ def test_gate_refusal_exits_1_and_writes_nothing(tmp_path, notebook, broken_queu
 
 #: Per process about 0.5 s: 2 cases x (warm-up + 3 rounds) x 2 variants x 25 ms.
 SLOW_ARGS = (
+    "--precision",
+    "0",
     "--variants",
     " ".join(VARIANTS),
     "--processes",

@@ -55,6 +55,7 @@ def _tiny(**changes: object) -> params.BenchParams:
         "pools": [64],
         "cases": ["alloc1"],
         "gate_ops": 500,
+        "precision": 0.0,
     }
     values.update(changes)
     return params.make_params(**values)
@@ -190,7 +191,7 @@ def test_kill_9_of_the_kernel_marks_the_run_failed_in_one_line(tmp_path: Path) -
     raw = tmp_path / "raw"
     log = tmp_path / "stderr.txt"
     args = ["--host", "kk", "--raw-dir", str(raw), "--variants", " ".join(VARIANTS)]
-    args += ["--processes", "6", "--confirm-processes", "0", "--samples", "5"]
+    args += ["--processes", "6", "--confirm-processes", "0", "--samples", "5", "--precision", "0"]
     args += ["--sample-ms", "20", "--pools", "64", "--cases", "alloc1 remove"]
     with open(log, "w") as err:
         proc = subprocess.Popen(

@@ -76,7 +76,7 @@ def test_papermill_help_shows_types_and_help() -> None:
     papermill = pytest.importorskip("papermill")
     found = papermill.inspect_notebook(str(notebook_run.BENCH_NOTEBOOK))
     assert found["processes"]["inferred_type_name"] == "int"
-    assert found["processes"]["help"] == "worker processes of the main phase"
+    assert found["processes"]["help"] == "main-phase worker processes (with PRECISION: the pilot)"
     assert found["variants"]["inferred_type_name"] == "list[str]"
 
 

@@ -50,6 +50,7 @@ def tiny_params(**changes) -> kvparams.BenchParams:
         "cases": ["alloc1", "mix", "remove"],
         "seed": 7,
         "gate_ops": GATE_OPS,
+        "precision": 0.0,
     }
     values.update(changes)
     return kvparams.make_params(host=HOST, python=sys.executable, **values)
@@ -80,7 +81,9 @@ def test_run_json_keys_and_status(complete_run):
     record = read_run_json(run_dir)
     assert set(schema.RUN_KEYS) <= set(record)
     assert set(schema.RUN_KEYS_V2) <= set(record)
-    assert set(record) - set(schema.RUN_KEYS) - set(schema.RUN_KEYS_V2) <= {"error"}
+    extra = set(record) - set(schema.RUN_KEYS) - set(schema.RUN_KEYS_V2)
+    assert extra <= set(schema.RUN_KEYS_OPTIONAL)
+    assert record["sizing"]["capped_by"] == "no precision target"
     assert "error" not in record
     assert record["schema_version"] == schema.SCHEMA_VERSION
     assert record["run_id"] == run_dir.name

@@ -1,0 +1,111 @@
+"""The precision target's two-stage design (``kvqueue.sizing``) and its use by the runner."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+
+import pytest
+from scipy import stats as sps
+
+from kvqueue import params, rawdata, runner, sizing
+
+
+@pytest.mark.parametrize("df", [3, 5, 10, 20, 40, 100])
+def test_t_quantile_is_close_to_scipys(df: int) -> None:
+    assert sizing.t975(df) == pytest.approx(sps.t.ppf(0.975, df), rel=3e-3)
+
+
+def test_required_n_reaches_the_half_width() -> None:
+    sd, half = 0.02, math.log1p(0.005)
+    n = sizing.required_n(sd, half)
+    assert sizing.t975(n - 1) * sd / math.sqrt(n) <= half
+    assert sizing.t975(n - 2) * sd / math.sqrt(n - 1) > half
+    assert sizing.required_n(0.0, half, floor=11) == 11
+
+
+def _rows(sd: float, processes: int, seed: int = 1) -> list[list[object]]:
+    """Pilot rows of two variants on alloc1/2048 whose per-process log ratio has SD sd."""
+    rng = random.Random(seed)
+    rows: list[list[object]] = []
+    for pr in range(1, processes + 1):
+        ratio = math.exp(rng.gauss(-0.2, sd))
+        for variant, ns in (("a", 100.0), ("b", 100.0 * ratio)):
+            for sample in range(3):
+                rows.append([pr, "main", "alloc1", 2048, variant, sample, 0, 1, 1, 1, ns, 0])
+    return rows
+
+
+def _size(rows: list, **caps: float) -> sizing.Sizing:
+    values = {"max_processes": 41, "max_minutes": 5.0, "seconds_per_process": 1.0}
+    values |= caps
+    return sizing.size_run(
+        rows,
+        ["a", "b"],
+        [],
+        pilot=11,
+        precision_pp=0.5,
+        seconds_spent=10.0,
+        seconds_after=5.0,
+        **values,
+    )
+
+
+def test_a_tight_pilot_keeps_its_size_and_a_loose_one_asks_for_more() -> None:
+    tight = _size(_rows(0.002, 11))
+    assert tight.planned == 11 and tight.capped_by is None
+    loose = _size(_rows(0.012, 11))
+    assert 11 < loose.wanted == loose.planned <= 41
+    assert set(loose.required) == {"alloc1/2048 b vs a"}
+
+
+def test_the_caps_bind_and_say_which() -> None:
+    wide = _rows(0.05, 11)
+    assert _size(wide).capped_by == "max_processes" and _size(wide).planned == 41
+    by_time = _size(wide, max_minutes=0.5)  # 30 s: 10 spent, 5 after, 1 s per process
+    assert by_time.capped_by == "max_minutes" and by_time.planned == 11 + 15
+
+
+def test_no_target_means_the_pilot_is_the_run() -> None:
+    s = sizing.size_run(
+        _rows(0.05, 11),
+        ["a", "b"],
+        [],
+        pilot=11,
+        precision_pp=0.0,
+        max_processes=41,
+        max_minutes=5.0,
+        seconds_per_process=1.0,
+        seconds_spent=0.0,
+        seconds_after=0.0,
+    )
+    assert s.planned == 11 and s.capped_by == "no precision target"
+
+
+@pytest.mark.slow
+def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
+    p = params.make_params(
+        host="sized",
+        python=sys.executable,
+        variants=["kvqueue", "kvqueue:floor"],
+        aa=True,
+        processes=6,
+        max_processes=8,
+        confirm_processes=1,
+        samples=2,
+        sample_ms=1,
+        pools=[64],
+        cases=["alloc1"],
+        gate_ops=500,
+        precision=0.01,  # unreachable with 1 ms samples: capped at max_processes
+    )
+    run_dir = runner.run_bench(p, tmp_path)
+    run = rawdata.read_run(run_dir)
+    meta = run.meta
+    assert meta["sizing"]["pilot"] == 6 and meta["sizing"]["planned"] == 8
+    assert meta["sizing"]["capped_by"] == "max_processes"
+    assert meta["processes_planned"] == {"main": 8, "confirm": 1}
+    assert meta["processes_completed"] == {"main": 8, "confirm": 1}
+    assert len(meta["seeds"]["processes"]["main"]) == 8
+    assert run.included, run.altered  # the reader's plan check accepts the sized run
