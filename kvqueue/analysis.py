@@ -354,6 +354,11 @@ def runs_table(raw: rawdata.RawData, git_states: Mapping[str, str] | None = None
                 "commit": _none_to_na((m.get("project") or {}).get("commit")),
                 "dirty": _none_to_na((m.get("project") or {}).get("dirty")),
                 "n_samples": len(run.samples) if run.samples is not None else pd.NA,
+                "schema_version": m.get("schema_version"),
+                "precision_target": _none_to_na(params.get("precision")),
+                "sizing_wanted": _none_to_na((m.get("sizing") or {}).get("wanted")),
+                "sizing_capped_by": _none_to_na((m.get("sizing") or {}).get("capped_by")),
+                "epochs": params.get("epochs", 1),
             }
         )
     return conform(pd.DataFrame(rows), "runs", sort=["host", "interpreter", "run_id"])

@@ -206,6 +206,11 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "git_state": _S,  # committed | modified | untracked | no git (kvqueue.processed)
         "protocol": _S,  # full | quick (smoke run) | too few processes | reduced (...)
         "warnings": _S,  # host label on several CPU models; a release with two digests
+        "schema_version": _I,  # the run's raw-data format (older runs keep theirs)
+        "precision_target": _F,  # PRECISION in pp (missing: a run from before the target)
+        "sizing_wanted": _I,  # main processes the target asked for after the pilot
+        "sizing_capped_by": _S,  # max_processes | max_minutes | no precision target
+        "epochs": _I,  # layout epochs per process (1 before EPOCHS existed)
         "started_at": _S,
         "ended_at": _S,
         "python_implementation": _S,

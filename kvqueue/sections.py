@@ -219,6 +219,19 @@ def build(data: processed.Processed) -> list[Section]:
     )
     out.append(
         Section(
+            "precision",
+            "Precision",
+            level=3,
+            note=tables.precision_note(data),
+            table=tables.precision_table(data),
+            table_label="Half-width of every headline cell against its target",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out.append(
+        Section(
             "full",
             "Full results (main phase)",
             note=tables.headline_note(data),

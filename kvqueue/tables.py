@@ -419,6 +419,70 @@ def aa_table(data: processed.Processed, *, headline_only: bool = True) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def precision_table(data: processed.Processed) -> pd.DataFrame:
+    """Headline cells (main phase, alloc1/alloc2/mix) against their run's precision target.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Python, Case, Pool, Comparison, n, Half-width, Target, Met: whether the
+        95 % half-width is within the run's ``PRECISION`` ("no target" for runs made
+        before the target existed).
+    """
+    s = data.summary
+    s = s[s["headline"].fillna(False) & (s["phase"] == "main")]
+    s = s[s["case"].isin(HEADLINE_CASES)]
+    targets = data.runs.set_index(["host", "run_id"])["precision_target"]
+    s = s.assign(_case=_case_rank(s["case"])).sort_values(
+        ["host", "interpreter", "_case", "pool", "kind", "candidate"]
+    )
+    rows = []
+    for r in s.itertuples(index=False):
+        target = targets.get((r.host, r.run_id))
+        half = (r.ci_high - r.ci_low) / 2 * 100 if not _na(r.ci_low) else np.nan
+        if _na(target) or not target:
+            met = "no target"
+        elif np.isnan(half):
+            met = "n/a"
+        else:
+            met = "yes" if half <= float(target) else "NO"
+        rows.append(
+            {
+                "Host": r.host,
+                "Python": r.interpreter,
+                "Case": r.case,
+                "Pool": fmt_pool(r.pool),
+                "Comparison": comparison(r.candidate, r.baseline),
+                "n": int(r.n_processes),
+                "Half-width": "n/a" if np.isnan(half) else f"±{half:.2f} pp",
+                "Target": "—" if _na(target) or not target else f"±{float(target):g} pp",
+                "Met": met,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def precision_note(data: processed.Processed) -> str:
+    """One sentence: how many headline cells met their run's precision target."""
+    t = precision_table(data)
+    if t.empty:
+        return "No headline cells."
+    judged = t[t["Met"].isin(["yes", "NO"])]
+    if judged.empty:
+        return (
+            "The headline runs were made before the precision target existed "
+            "(`PRECISION`, a two-stage design that sizes the main phase from a pilot): "
+            "their half-widths are shown without one."
+        )
+    met = int((judged["Met"] == "yes").sum())
+    return (
+        f"{met} of {len(judged)} headline cells reach their run's precision target "
+        "(`PRECISION`, in percentage points: a pilot of `PROCESSES` main processes "
+        "estimates the spread, then the run sizes itself, within `MAX_PROCESSES` and "
+        "`MAX_MINUTES`; `run.json` records the decision)."
+    )
+
+
 def aa_summary(data: processed.Processed) -> str:
     """One sentence: how many A/A CIs exclude 0, against the number expected by chance."""
     s = data.summary
