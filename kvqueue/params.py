@@ -406,8 +406,10 @@ def check_cases(p: BenchParams) -> None:
 
 def check_variant_texts(p: BenchParams) -> None:
     """Refuse fewer than two variants, a repeated source and unprintable characters."""
-    if len(p.variants) < 2:
-        raise BenchInputError("give at least two variants: a baseline and a candidate")
+    if len(p.sources) < 2:  # one variant with AA=1 is an A/A-only run (the noise floor)
+        raise BenchInputError(
+            "give at least two variants: a baseline and a candidate (or one with AA=1)"
+        )
     _no_duplicates("variants", p.variants)
     for source in (*p.variants, p.block_source):
         if any(not ch.isprintable() for ch in source):

@@ -232,3 +232,10 @@ def test_two_variants_with_one_name_are_refused() -> None:
         params.make_params(host="h", variants=["x=kvqueue", "x=kvqueue:floor"])
     p = params.make_params(host="h", variants=["base=kvqueue", "bound=kvqueue:floor"], aa=True)
     assert p.labels == ["base", "bound", "base#2"]
+
+
+def test_one_variant_with_aa_is_an_aa_only_run() -> None:
+    p = params.make_params(host="h", variants=["kvqueue"], aa=True)
+    assert p.sources == ["kvqueue", "kvqueue"] and p.labels == ["kvqueue", "kvqueue#2"]
+    with pytest.raises(params.BenchInputError, match="at least two variants"):
+        params.make_params(host="h", variants=["kvqueue"])
