@@ -15,12 +15,22 @@ Vocabulary
     ``1 - median_p r(p)``: the fraction of time the candidate saves; positive means
     the candidate is faster.
 
-Confidence intervals resample *processes* (the independent unit), never samples, with
-:func:`scipy.stats.bootstrap`. The method is :data:`CI_METHOD` (``"percentile"``):
-with 11 processes the simulation in ``tests/test_stats.py`` measures its coverage for
-the median ratio at about 93 % for a nominal 95 % (BCa gives the same intervals for a
-median of symmetric data, but returns NaN with a warning on degenerate data; the basic
-method covers only about 80 %).
+The interval of a reduction is :data:`CI_METHOD` (``"hettmansperger-sheather"``): the
+order-statistic interval for the median of the ``n`` per-process ratios, interpolated
+between adjacent order statistics (Hettmansperger & Sheather 1986) so that its coverage
+is close to the nominal level instead of the conservative steps of the exact binomial
+interval (n = 11: 98.8 %); the interpolation makes it nearly, not exactly,
+distribution-free. It uses no resampling and no seed. The choice was
+measured (:mod:`kvqueue.coverage`): with a nominal 95 % it covers 94–96 % in simulation
+at every n from 6 to 31 under Gaussian, Student-t(3), contaminated, skewed and
+one-sided-outlier process effects, where the former default, the percentile
+bootstrap of the median, covers 92–94 % at n >= 11 (its intervals are too short).
+
+A :func:`scipy.stats.bootstrap` method name (``"percentile"``: the former interval,
+``"basic"``, ``"BCa"``) as ``method`` bootstraps the median over *processes* (the
+independent unit), never samples, instead. The order-effect and floor-gap
+intervals always bootstrap over processes (percentile method unless a bootstrap method
+is named: :func:`bootstrap_method`).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -37,15 +48,26 @@ from kvqueue.params import ReportSettings
 
 # The defaults live in kvqueue.params.ReportSettings (the report's one parameter source).
 _DEFAULTS = ReportSettings()
-CI_METHOD = _DEFAULTS.method
+#: Interval of a reduction: the interpolated order-statistic interval of the median.
+ORDER_STATISTIC = "hettmansperger-sheather"
+#: :func:`scipy.stats.bootstrap` methods accepted as ``method`` (a bootstrap of the median).
+BOOTSTRAP_METHODS: tuple[str, ...] = ("percentile", "basic", "BCa")
+#: Every accepted ``method``.
+METHODS: tuple[str, ...] = (ORDER_STATISTIC, *BOOTSTRAP_METHODS)
+#: Default interval of a reduction (``ReportSettings.method`` should name it).
+CI_METHOD = ORDER_STATISTIC
+#: Bootstrap method of the order-effect and floor-gap intervals when ``method`` names no
+#: bootstrap method.
+BOOTSTRAP_METHOD = "percentile"
 DEFAULT_CONFIDENCE = _DEFAULTS.confidence
 DEFAULT_RESAMPLES = _DEFAULTS.resamples
 DEFAULT_SEED = _DEFAULTS.seed
 DEFAULT_DELTA = _DEFAULTS.delta
-#: Fewest processes for which a CI is reported. A percentile-bootstrap interval for a
-#: median lies within [min, max] of the n values, and the true median falls outside that
-#: range with probability 2 / 2**n: below 6 processes (5: 6.25 %) no such interval can
-#: reach 95 % coverage, so the CI is left undefined and the verdict is "inconclusive".
+#: Fewest processes for which a CI is reported. An interval for a median from n values
+#: (order statistics or a percentile bootstrap) lies within [min, max], and the true
+#: median falls outside that range with probability 2 / 2**n: below 6 processes
+#: (5: 6.25 %) no such interval can reach 95 % coverage, so the CI is left undefined and
+#: the verdict is "inconclusive".
 MIN_PROCESSES = 6
 
 #: Verdict labels (``no change`` carries the band, see :func:`verdict`).
@@ -56,18 +78,19 @@ INCONCLUSIVE = "inconclusive"
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its bootstrap confidence interval.
+    """A point estimate with its confidence interval.
 
     Attributes
     ----------
     estimate
         The statistic on the observed data.
     low, high
-        Confidence bounds (NaN when fewer than two processes are available).
+        Confidence bounds (NaN when fewer than :data:`MIN_PROCESSES` processes exist).
     n
         Number of processes the estimate is based on.
     method, confidence, resamples
-        How the interval was obtained (named in the report).
+        How the interval was obtained (named in the report); ``resamples`` is 0 for
+        the order-statistic interval, which does not resample.
     """
 
     estimate: float
@@ -144,7 +167,110 @@ def paired_ratios(
 
 
 # ---------------------------------------------------------------------------------------
+# order-statistic interval of a median
+
+
+@lru_cache(maxsize=1024)
+def order_statistic_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int, float]:
+    """Rank ``k`` and weight ``lam`` of the interpolated order-statistic interval.
+
+    With ``x_(1) <= ... <= x_(n)`` and ``B ~ Binomial(n, 1/2)``, the interval
+    ``[x_(k), x_(n+1-k)]`` contains the median of any continuous law with probability
+    ``g(k) = P(k <= B <= n - k)``. ``k`` is the largest rank with ``g(k) >= confidence``
+    and the Hettmansperger–Sheather (1986) weight
+
+    ``lam = (n - k) I / (k + (n - 2k) I)``, ``I = (g(k) - confidence) / (g(k) - g(k+1))``
+
+    moves each bound from ``x_(k)`` towards ``x_(k+1)`` (and from ``x_(n+1-k)`` towards
+    ``x_(n-k)``) so that the coverage is close to ``confidence`` rather than ``g(k)``.
+
+    Parameters
+    ----------
+    n
+        Number of values.
+    confidence
+        Nominal coverage.
+
+    Returns
+    -------
+    tuple
+        ``(k, lam)``; ``(0, 0.0)`` when even ``[x_(1), x_(n)]`` (coverage
+        ``1 - 2 / 2**n``) falls short of ``confidence``.
+    """
+    alpha = 1.0 - confidence
+    k = 0
+    while k + 1 <= n // 2 and 2.0 * sps.binom.cdf(k, n, 0.5) <= alpha + 1e-12:
+        k += 1
+    if k == 0:
+        return 0, 0.0
+    g_k = 1.0 - 2.0 * sps.binom.cdf(k - 1, n, 0.5)
+    g_next = 1.0 - 2.0 * sps.binom.cdf(k, n, 0.5)
+    if k + 1 > n - k or g_k == g_next:
+        return k, 0.0
+    share = (g_k - confidence) / (g_k - g_next)
+    return k, float((n - k) * share / (k + (n - 2 * k) * share))
+
+
+def order_statistic_interval(
+    values: Sequence[float] | np.ndarray,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    min_n: int = MIN_PROCESSES,
+) -> Interval:
+    """Median of ``values`` with its interpolated order-statistic interval.
+
+    See :func:`order_statistic_ranks`. The interval needs no resampling and no seed;
+    it is equivariant (a monotone transform of the values moves the bounds with them,
+    up to the interpolation), and identical values give a point interval.
+
+    Parameters
+    ----------
+    values
+        One value per process.
+    confidence
+        Nominal coverage.
+    min_n
+        Fewest values for an interval (see :data:`MIN_PROCESSES`).
+
+    Returns
+    -------
+    Interval
+        ``method`` :data:`ORDER_STATISTIC`, ``resamples`` 0; NaN bounds below ``min_n``
+        values or when no interval reaches ``confidence``.
+    """
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    estimate = float(np.median(x)) if n else math.nan
+    info = {"method": ORDER_STATISTIC, "confidence": confidence, "resamples": 0}
+    k, lam = order_statistic_ranks(n, confidence) if n >= max(2, min_n) else (0, 0.0)
+    if k == 0:
+        return Interval(estimate, math.nan, math.nan, n, **info)
+    low = (1.0 - lam) * x[k - 1] + lam * x[k]
+    high = lam * x[n - k - 1] + (1.0 - lam) * x[n - k]
+    return Interval(estimate, float(low), float(high), n, **info)
+
+
+# ---------------------------------------------------------------------------------------
 # bootstrap
+
+
+def bootstrap_method(method: str) -> str:
+    """The :func:`scipy.stats.bootstrap` method for a ``method`` setting.
+
+    A bootstrap method name is returned as is; any other accepted method (the
+    order-statistic interval of the reductions) maps to :data:`BOOTSTRAP_METHOD`, so the
+    order-effect and floor-gap intervals keep bootstrapping over processes.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not in :data:`METHODS`.
+    """
+    if method in BOOTSTRAP_METHODS:
+        return method
+    if method in METHODS:
+        return BOOTSTRAP_METHOD
+    raise ValueError(f"unknown CI method {method!r} (one of {', '.join(METHODS)})")
 
 
 def bootstrap_interval(
@@ -154,7 +280,7 @@ def bootstrap_interval(
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
-    method: str = CI_METHOD,
+    method: str = BOOTSTRAP_METHOD,
     min_n: int = MIN_PROCESSES,
 ) -> Interval:
     """Bootstrap a statistic over processes.
@@ -167,8 +293,9 @@ def bootstrap_interval(
     statistic
         Vectorized statistic ``f(*arrays, axis) -> array``.
     confidence, resamples, seed, method
-        Passed to :func:`scipy.stats.bootstrap`. A fresh generator is seeded for every
-        call, so one cell's interval does not depend on which other cells exist.
+        Passed to :func:`scipy.stats.bootstrap` (``method`` through
+        :func:`bootstrap_method`). A fresh generator is seeded for every call, so one
+        cell's interval does not depend on which other cells exist.
     min_n
         Fewest processes for an interval (see :data:`MIN_PROCESSES`).
 
@@ -179,6 +306,7 @@ def bootstrap_interval(
         when every process gave the same value (the bootstrap distribution is a point
         and scipy would warn).
     """
+    method = bootstrap_method(method)
     arrays = [np.asarray(a, dtype=float) for a in data]
     n = len(arrays[0])
     estimate = float(statistic(*arrays, axis=-1)) if n else math.nan
@@ -213,22 +341,49 @@ def reduction_interval(
     seed: int = DEFAULT_SEED,
     method: str = CI_METHOD,
 ) -> Interval:
-    """Headline estimate: ``1 - median_p r(p)`` with its bootstrap CI over processes.
+    """Headline estimate: ``1 - median_p r(p)`` with its CI over processes.
 
     Parameters
     ----------
     ratios
         Per-process paired ratios candidate/baseline.
-    confidence, resamples, seed, method
-        See :func:`bootstrap_interval`.
+    confidence
+        Nominal coverage.
+    resamples, seed
+        Only used by a bootstrap ``method``.
+    method
+        :data:`ORDER_STATISTIC` (default): the interpolated order-statistic interval of
+        the median ratio (:func:`order_statistic_interval`), mapped through
+        ``1 - r``; or a :data:`BOOTSTRAP_METHODS` name: that bootstrap of the median
+        over processes (:func:`bootstrap_interval`).
 
     Returns
     -------
     Interval
-        Reduction as a fraction (0.2 = the candidate takes 20 % less time).
+        Reduction as a fraction (0.2 = the candidate takes 20 % less time); NaN bounds
+        below :data:`MIN_PROCESSES` processes.
+
+    Raises
+    ------
+    ValueError
+        For a ``method`` not in :data:`METHODS`.
     """
+    r = np.asarray(ratios, dtype=float)
+    if method == ORDER_STATISTIC:
+        med = order_statistic_interval(r, confidence=confidence)
+        return Interval(
+            1.0 - med.estimate,
+            1.0 - med.high,
+            1.0 - med.low,
+            med.n,
+            method=med.method,
+            confidence=confidence,
+            resamples=0,
+        )
+    if method not in BOOTSTRAP_METHODS:
+        raise ValueError(f"unknown CI method {method!r} (one of {', '.join(METHODS)})")
     return bootstrap_interval(
-        [np.asarray(ratios, dtype=float)],
+        [r],
         _reduction,
         confidence=confidence,
         resamples=resamples,
@@ -305,7 +460,7 @@ def summarize_pair(
     medians
         Rows of :func:`process_medians` for the same cell (all variants).
     confidence, resamples, seed, method
-        Bootstrap settings.
+        Interval settings (see :func:`reduction_interval`).
     delta
         Equivalence band of the verdict.
 
@@ -402,7 +557,8 @@ def order_effect(
     samples
         Samples of ONE cell (all variants).
     confidence, resamples, seed, method
-        Bootstrap settings.
+        Bootstrap settings; ``method`` passes through :func:`bootstrap_method` (the
+        report's :data:`ORDER_STATISTIC` setting gives a percentile bootstrap here).
 
     Returns
     -------
@@ -445,7 +601,10 @@ def gap_closed(
     candidate_ratios, bound_ratios
         Per-process ratios to the same baseline, aligned by process.
     confidence, resamples, seed, method
-        Bootstrap settings.
+        Bootstrap settings; ``method`` passes through :func:`bootstrap_method` (the
+        report's :data:`ORDER_STATISTIC` setting gives a percentile bootstrap here: the
+        estimate is the ratio of the two median reductions of
+        :func:`reduction_interval`, whatever its interval).
 
     Returns
     -------

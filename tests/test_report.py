@@ -141,7 +141,7 @@ def test_html_has_tables_figures_and_no_code(rendered: Path) -> None:
     assert html.count("<details>") >= 10
     # The methods paragraph carries the real parameters of the tiny fixture runs.
     assert "7 fresh worker processes" in html and "10,000 resamples" in html
-    assert "percentile method" in html
+    assert "order-statistic confidence interval of the median" in html
     # The interrupted run is named; the older run is listed.
     assert "20261129T120000Z-cp312-cccc (status interrupted)" in html
     assert "20261128T090000Z-cp312-aaaa" in html

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvqueue import stats
+from kvqueue import coverage, params, stats
 
 CELL = ["case", "pool"]
 
@@ -121,36 +121,112 @@ def test_estimate_recovers_known_ratio() -> None:
     c = summarize(df, "C", "A")
     assert c["reduction"] == pytest.approx(1 - 1.03, abs=0.01)
     assert c["verdict"] == stats.SLOWER
+    # The former interval is still available by name; the estimate does not change.
+    old = summarize(df, "B", "A", method="percentile", resamples=2000)
+    assert old["ci_method"] == "percentile"
+    assert old["reduction"] == b["reduction"]
 
 
-def test_report_defaults_are_at_least_10000_resamples() -> None:
+def test_report_defaults() -> None:
     assert stats.DEFAULT_RESAMPLES >= 10_000
     est = stats.reduction_interval(np.linspace(0.78, 0.82, 11))
-    assert est.resamples >= 10_000 and est.method == "percentile"
+    assert est.method == stats.CI_METHOD == "hettmansperger-sheather"
+    assert est.resamples == 0  # the order-statistic interval does not resample
     assert est.confidence == 0.95
+    boot = stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="percentile")
+    assert boot.method == "percentile" and boot.resamples >= 10_000
+    # The report's setting names a method this module knows (today or after the switch).
+    assert params.ReportSettings().method in stats.METHODS
 
 
-def test_coverage_of_the_95_percent_ci_with_11_processes() -> None:
-    """1,000 synthetic experiments: the CI must cover the true reduction >= 92 % of the time.
+@pytest.mark.parametrize(
+    ("n", "k", "lam"),
+    [
+        (5, 0, 0.0),  # no interval: [min, max] covers 1 - 2/32 = 93.75 % < 95 %
+        (6, 1, 0.357143),  # g(1) = 0.96875, g(2) = 0.78125
+        (9, 2, 0.227907),
+        (11, 2, 0.917794),  # g(2) = 0.98828, g(3) = 0.93457
+        (15, 4, 0.373506),
+    ],
+)
+def test_order_statistic_ranks(n: int, k: int, lam: float) -> None:
+    got_k, got_lam = stats.order_statistic_ranks(n, 0.95)
+    assert got_k == k
+    assert got_lam == pytest.approx(lam, abs=1e-6)
 
-    Each experiment: 11 processes x 9 samples per variant, lognormal sample noise (sigma
-    3 %) and a lognormal per-process level shared by both variants; the true ratio is
-    0.8. 2,000 resamples per CI keep this test at a few seconds.
+
+def test_order_statistic_interval_by_hand() -> None:
+    x = np.arange(1.0, 12.0)  # 1..11: k = 2, bounds between x_(2)=2 / x_(3)=3 and 9 / 10
+    est = stats.order_statistic_interval(x[::-1])
+    _, lam = stats.order_statistic_ranks(11, 0.95)
+    assert est.estimate == 6.0
+    assert est.low == pytest.approx(2 + lam) and est.high == pytest.approx(10 - lam)
+    red = stats.reduction_interval(x / 10)
+    assert red.estimate == pytest.approx(0.4)
+    assert red.low == pytest.approx(1 - (10 - lam) / 10)
+    assert red.high == pytest.approx(1 - (2 + lam) / 10)
+    # Equivariant: the interval of 1 - r is 1 - (the interval of r), bounds swapped.
+    assert stats.order_statistic_interval(1 - x / 10).low == pytest.approx(red.low)
+
+
+def test_unknown_method_is_refused_and_bootstrap_mapping() -> None:
+    with pytest.raises(ValueError, match="unknown CI method"):
+        stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="nonsense")
+    assert stats.bootstrap_method(stats.ORDER_STATISTIC) == "percentile"
+    assert stats.bootstrap_method("BCa") == "BCa"
+    with pytest.raises(ValueError):
+        stats.bootstrap_method("nonsense")
+
+
+def _reduction_coverage(law: str, reps: int, n: int = 11, seed: int = 20261129) -> float:
+    """Coverage of the report's interval (stats.reduction_interval, default method) on
+    ``reps`` simulated cells of ``n`` processes (true reduction 20 %)."""
+    model = coverage.CellModel()
+    log_r = coverage.simulate_log_ratios(law, n, reps, np.random.default_rng(seed), model)
+    truth = -math.expm1(model.effect)
+    hits = 0
+    for row in np.exp(log_r):
+        est = stats.reduction_interval(row)
+        hits += est.low <= truth <= est.high
+    return hits / reps
+
+
+@pytest.mark.parametrize("law", ["gaussian", "t3", "contaminated"])
+def test_coverage_of_the_95_percent_ci_with_11_processes(law: str) -> None:
+    """20,000 simulated cells per law through the report's own path: the nominal 95 %
+    interval covers the true reduction 94-97 % of the time (standard error of the
+    measured coverage 0.15 points: the band's lower edge is 6 standard errors below 95 %).
+
+    Each cell: 11 processes, per-process log ratio = log(0.8) + process effect (SD
+    1.5 %: Gaussian, Student-t(3) or 10 % contaminated with 4x the SD) + the noise of
+    two medians of 9 lognormal samples (2 %) timed at shuffled positions with an order
+    effect of 0.5 % per position (kvqueue.coverage.simulate_log_ratios).
     """
-    rng = np.random.default_rng(20261129)
-    true_ratio, n_exp, n_proc = 0.8, 1000, 11
-    noise = rng.normal(0.0, 0.03, size=(n_exp, n_proc, 2, 9))
-    level = rng.normal(0.0, 0.1, size=(n_exp, n_proc, 1, 1))
-    ns = 100.0 * np.exp(noise + level) * np.array([1.0, true_ratio])[None, None, :, None]
-    med = np.median(ns, axis=3)
-    ratios = med[:, :, 1] / med[:, :, 0]
-    covered = 0
-    for i in range(n_exp):
-        est = stats.reduction_interval(ratios[i], resamples=2000, seed=i)
-        covered += est.low <= 1 - true_ratio <= est.high
-    coverage = covered / n_exp
-    print(f"coverage of the {stats.CI_METHOD} 95% CI with 11 processes: {coverage:.3f}")
-    assert coverage >= 0.92
+    cov = _reduction_coverage(law, reps=20_000)
+    print(f"coverage of the {stats.CI_METHOD} 95% CI, 11 processes, {law}: {cov:.3f}")
+    assert 0.94 <= cov <= 0.97
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("law", coverage.LAWS)
+@pytest.mark.parametrize("scale", [0.015, 0.04])
+def test_coverage_in_band_for_every_law_and_n(law: str, scale: float) -> None:
+    """All laws (also skewed and one-sided outliers, against the population median),
+    n = 9..31, process-effect SD 1.5 % and 4 %: 94-97 % with 6,000 cells each."""
+    model = coverage.CellModel(process_sd=scale)
+    table = coverage.coverage_table(
+        laws=[law], ns=[9, 11, 15, 21, 31], methods=["median_hs"], reps=6000, model=model
+    )
+    assert table["coverage"].between(0.94, 0.97).all(), table
+
+
+@pytest.mark.slow
+def test_the_former_percentile_bootstrap_undercovers() -> None:
+    # Why the default changed: the percentile bootstrap of the median is too short.
+    table = coverage.coverage_table(
+        laws=["gaussian", "t3"], ns=[15, 21], methods=["median_percentile"], reps=2500
+    )
+    assert (table["coverage"] < 0.94).all(), table
 
 
 def test_bootstrap_is_deterministic_and_handles_small_n() -> None:
@@ -227,6 +303,9 @@ def test_order_effect_recovers_known_slope() -> None:
     # Time grows 1 % per position: last (3) vs first (0) is about +3 %.
     assert est.estimate == pytest.approx(0.03, abs=0.006)
     assert est.low > 0
+    # The order effect keeps the bootstrap whatever the reductions' interval is.
+    assert est.method == "percentile" and est.resamples == stats.DEFAULT_RESAMPLES
+    assert stats.order_effect(df, method="BCa", resamples=500).method == "BCa"
 
 
 def test_order_effect_absent() -> None:
@@ -256,6 +335,10 @@ def test_gap_closed_known_value() -> None:
     # (0.8 - 0.7) / (0.8 - 0.6) = 0.5
     assert est.estimate == pytest.approx(0.5, abs=0.05)
     assert est.low <= 0.5 <= est.high
+    assert est.method == "percentile"
+    # The estimate is the ratio of the two reductions the report shows.
+    ratio = stats.reduction_interval(rc).estimate / stats.reduction_interval(rf).estimate
+    assert est.estimate == pytest.approx(ratio)
 
 
 def test_no_interval_below_the_minimum_number_of_processes() -> None:
