@@ -213,12 +213,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             from kvqueue import notebook_run
 
             notebook_run.run_bench_notebook(checked, raw_dir, run_id)
-    except (BenchInputError, GateRefused, BenchError) as exc:
-        print(f"make bench: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, BenchInputError) else 1
-    except KeyboardInterrupt:
-        return 130
+    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
+        return _exit_status("make bench", exc)
     return 0
+
+
+def _exit_status(command: str, exc: BaseException) -> int:
+    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 130 Ctrl-C."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    print(f"{command}: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, BenchInputError) else 1
 
 
 # ------------------------------------------------------------------ quick
@@ -253,11 +258,8 @@ def _cmd_quick(args: argparse.Namespace) -> int:
         from kvqueue import quick
 
         quick.run_quick(quick.quick_params(given))
-    except (BenchInputError, GateRefused, BenchError) as exc:
-        print(f"make quick: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, BenchInputError) else 1
-    except KeyboardInterrupt:
-        return 130
+    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
+        return _exit_status("make quick", exc)
     return 0
 
 
