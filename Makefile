@@ -40,6 +40,9 @@ BLOCK_SOURCE ?=
 RAW_DIR   ?= data/raw
 
 $(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench quick validate: export KVQUEUE_$(v) = $$(value $(v))))
+# Make exports command-line variables to every recipe, expanding them on the way (a
+# HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
+unexport $(BENCH_VARS) RAW_DIR
 
 .DEFAULT_GOAL := help
 
@@ -73,7 +76,7 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(VPY) -m ruff format kvqueue tests
 	$(VPY) -m ruff check --fix kvqueue tests
 
-validate: $(STAMP) ## run the validation gate of a bench (VARIANTS, AA, GATE_OPS, POOLS) under PYTHON
+validate: $(STAMP) ## run the gate of a bench (VARIANTS, AA, GATE_OPS, POOLS, BLOCK_SOURCE) under PYTHON
 	PYTHONPATH="$(CURDIR)" "$${KVQUEUE_PYTHON:-python3}" -m kvqueue validate --from-env
 
 bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
@@ -88,7 +91,7 @@ notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/p
 RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 # The folders too: removing a run folder changes its host folder's mtime (and removing a
 # host folder changes data/raw's), so the report is rebuilt without the removed run.
-RAW_FOLDERS  := $(wildcard data/raw) $(wildcard data/raw/*/)
+RAW_FOLDERS  := $(wildcard data/raw) $(wildcard data/raw/*/) $(wildcard data/raw/*/*/)
 # And git's index: the report shows whether each run is committed and unmodified.
 GIT_STATE    := $(wildcard .git/index .git/HEAD)
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvqueue/*.py) \

@@ -12,4 +12,12 @@ notebook launcher, the quick A/B loop and the report (``notebook_run``, ``quick`
 virtual environment. The module map: ``docs/design.md`` §8.
 """
 
+import sys
+
+# Before anything else: older interpreters fail inside the package with a traceback.
+if sys.version_info < (3, 10):  # noqa: UP036 - runs under interpreters older than ours
+    raise SystemExit(
+        "kvqueue needs Python 3.10 or newer; " + sys.executable + " is " + sys.version.split()[0]
+    )
+
 __version__ = "0.1.0"

@@ -6,6 +6,8 @@
     collect one run into ``data/raw/<host>/<run-id>/`` (``make bench``);
 ``report``
     rebuild ``data/processed`` and render the HTML report and PR writeup (``make report``);
+``quick``
+    a fast A/B loop: gate, paired processes, the comparison printed (``make quick``);
 ``sync-notebooks``
     regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`.
 
@@ -48,6 +50,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from kvqueue import child, loader, validate
 
     child.die_with_parent()  # when started by the runner (a no-op by hand)
+    if sys.flags.optimize:
+        print(
+            f"kvqueue validate: {sys.executable} runs with -O (sys.flags.optimize="
+            f"{sys.flags.optimize}): asserts are stripped, the gate would check nothing",
+            file=sys.stderr,
+        )
+        return 2
     sources = list(args.sources)
     block_source = args.block_source
     if args.from_env:
@@ -114,7 +123,9 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         default=validate.DEFAULT_OPS,
         help="random operations per variant (default %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=validate.DEFAULT_SEED)
+    p.add_argument(
+        "--seed", type=int, default=validate.DEFAULT_SEED, help="seed (default %(default)s)"
+    )
     p.add_argument(
         "--block-source",
         default=None,
@@ -154,7 +165,8 @@ def _add_param_options(
         spec = params.spec_of(f)
         default = (defaults or {}).get(f.name, params.default_of(f))
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        help_ = f"{spec.help} [{spec.make}; default: {shown!s}]"
+        text = spec.help.replace("%", "%%")  # argparse formats help with %
+        help_ = f"{text} [{spec.make}; default: {shown!s}]"
         if spec.kind == "bool":
             p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
         else:
@@ -283,7 +295,8 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--notebook", type=Path, default=None, help="report notebook to run")
     for f in fields(params.ReportSettings):
         default = params.default_of(f)
-        help_ = f"{f.metadata['help']} (default: %(default)s)"
+        text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
+        help_ = f"{text} (default: %(default)s)"
         if f.name == "pairs":
             shown = "; ".join(f"{c} vs {b}" for c, b in default)
             p.add_argument(
@@ -292,7 +305,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
                 nargs=2,
                 action="append",
                 metavar=("CANDIDATE", "BASELINE"),
-                help=f"{f.metadata['help']} (repeatable; default: {shown})",
+                help=f"{text} (repeatable; default: {shown})",
             )
         else:
             p.add_argument(_option(f.name), type=type(default), default=default, help=help_)
@@ -332,7 +345,11 @@ def _cmd_sync_notebooks(_args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The one parser of ``python -m kvqueue`` (all subcommands)."""
-    parser = _OneLineParser(prog="python -m kvqueue", description=__doc__.split("\n\n")[0])
+    parser = _OneLineParser(
+        prog="python -m kvqueue",
+        description="kvqueue-bench: validate, bench, quick, report, sync-notebooks "
+        "(`python -m kvqueue COMMAND --help` for each).",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
     _add_bench(sub)
@@ -349,8 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except BenchInputError as exc:
-        command = argv[0] if argv and not argv[0].startswith("-") else "kvqueue"
-        prefix = f"make {command}" if command in ("bench", "quick") else f"kvqueue {command}"
+        command = argv[0] if argv and not argv[0].startswith("-") else ""
+        prefix = f"make {command}" if command in ("bench", "quick") else "kvqueue"
+        prefix = f"kvqueue {command}" if command and prefix == "kvqueue" else prefix
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 2
     return int(args.func(args))

@@ -143,9 +143,9 @@ def protocol(run: rawdata.Run) -> str:
     processes = params.get("processes")
     if not isinstance(processes, int) or processes < stats.MIN_PROCESSES:
         return f"too few processes ({processes} < {stats.MIN_PROCESSES})"
+    short = []
     pools = params.get("pools") if isinstance(params.get("pools"), list) else []
     cases = params.get("cases") if isinstance(params.get("cases"), list) else []
-    short = []
     if not set(FULL_POOLS) <= set(pools):
         short.append(f"pools {' '.join(map(str, pools)) or 'none'} only")
     if not set(FULL_CASES) <= set(cases):

@@ -23,7 +23,11 @@ from kvqueue.errors import BenchError, BenchInputError, GateRefused
 
 BENCH_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "bench.ipynb"
 REPORT_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "report.ipynb"
-_ERRORS = {"BenchInputError": BenchInputError, "GateRefused": GateRefused}
+_ERRORS = {
+    "BenchInputError": BenchInputError,
+    "GateRefused": GateRefused,
+    "BenchError": BenchError,
+}
 
 
 def quiet_kernel_manager_class() -> type:
@@ -40,6 +44,11 @@ def quiet_kernel_manager_class() -> type:
     class QuietKernelManager(AsyncKernelManager):  # type: ignore[misc]
         def __init__(self, **kwargs: Any) -> None:
             kwargs.setdefault("transport", "ipc")
+            # The IPC socket files go to the temp folder, not the current one (a killed
+            # kernel leaves five behind).
+            kwargs.setdefault(
+                "ip", os.path.join(tempfile.gettempdir(), f"kvqueue-kernel-{os.getpid()}")
+            )
             super().__init__(**kwargs)
 
         async def _async_interrupt_kernel(self) -> None:

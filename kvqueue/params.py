@@ -37,6 +37,9 @@ MIN_PYTHON = (3, 10)
 MAX_PROCESSES = 1000
 MAX_SAMPLES = 1000
 MAX_SAMPLE_MS = 1000.0
+#: Below ~0.1 ms a sample is a single loop of ~0.5 us: it times perf_counter_ns itself
+#: (SAMPLE_MS=1e-9 gave 2,655 ns per cycle against ~450).
+MIN_SAMPLE_MS = 0.1
 MAX_POOL = 10_000_000
 #: Prefix of the environment variables through which ``make`` hands its variables to
 #: ``python -m kvqueue ... --from-env``: values travel verbatim, never through a shell.
@@ -298,8 +301,8 @@ def check_host(host: str | None) -> None:
         raise BenchInputError("HOST is missing: give a label for this machine, e.g. HOST=grace")
     if ".." in host or "/" in host or not _HOST_RE.match(host):
         raise BenchInputError(
-            f"HOST {host!r} is not a valid label: use letters, digits, '.', '_' or '-' "
-            "(no '/', '..' or spaces; at most 64 characters)"
+            f"HOST {host!r} is not a valid label: start with a letter or digit, then use "
+            "letters, digits, '.', '_' or '-' (no '/', '..' or spaces; at most 64 characters)"
         )
 
 
@@ -356,6 +359,11 @@ def check_counts(p: BenchParams) -> None:
         or not p.sample_ms > 0
     ):
         raise BenchInputError(f"sample_ms must be a positive number, got {p.sample_ms!r}")
+    if p.sample_ms < MIN_SAMPLE_MS:
+        raise BenchInputError(
+            f"sample_ms must be at least {MIN_SAMPLE_MS:g} (below that a sample is one loop "
+            f"and times the clock, not the queue), got {p.sample_ms:g}"
+        )
     if p.sample_ms > MAX_SAMPLE_MS:
         raise BenchInputError(
             f"sample_ms must be at most {MAX_SAMPLE_MS:g} (a sample of {p.sample_ms:g} ms "
@@ -535,7 +543,8 @@ class ReportSettings:
     resamples: int = field(default=10_000, metadata={"help": "bootstrap resamples"})
     seed: int = field(default=20261129, metadata={"help": "seed of every bootstrap call"})
     delta: float = field(
-        default=0.01, metadata={"help": "no-change band of the verdict, a fraction (0.01: ±1%)"}
+        default=0.01,
+        metadata={"help": "no-change band of the verdict, a fraction (0.01: ±1 percent)"},
     )
     method: str = field(
         default="hettmansperger-sheather",

@@ -67,11 +67,14 @@ def execute_notebook(
     # papermill's parameter-cell parser warns about every "==" in a value (the version
     # pins in `pairs`) although the parameters are injected correctly.
     logging.getLogger("papermill").setLevel(logging.ERROR)
+    from kvqueue.notebook_run import quiet_kernel_manager_class
+
     papermill.execute_notebook(
         str(notebook),
         str(executed),
         parameters=parameters,
         kernel_name="python3",
+        kernel_manager_class=quiet_kernel_manager_class(),
         progress_bar=False,
         log_output=False,
         cwd=str(cwd or notebook.parent),

@@ -107,10 +107,15 @@ def _kill_session(proc: subprocess.Popen[str]) -> None:
 
 
 def lock_path() -> Path:
-    """The machine-wide bench lock (``$KVQUEUE_LOCK_FILE`` or one in the temp folder)."""
+    """The machine-wide bench lock (``$KVQUEUE_LOCK_FILE``, else ``/tmp/kvqueue-bench.lock``).
+
+    A fixed folder, not ``tempfile.gettempdir()``: with another ``TMPDIR`` two benches
+    took two locks and ran at once.
+    """
     import tempfile
 
-    return Path(os.environ.get(LOCK_ENV) or Path(tempfile.gettempdir()) / "kvqueue-bench.lock")
+    folder = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    return Path(os.environ.get(LOCK_ENV) or folder / "kvqueue-bench.lock")
 
 
 @contextlib.contextmanager
@@ -137,7 +142,7 @@ def machine_lock(what: str) -> Iterator[None]:
             holder = fh.read().strip() or "unknown"
             raise BenchInputError(
                 f"another bench is running on this machine ({holder}); two timing jobs at "
-                f"once slow each other and both would be recorded: wait for it (lock {path})"
+                f"once slow each other by up to a third: wait for it (lock {path})"
             ) from None
         fh.seek(0)
         fh.truncate()
@@ -325,7 +330,10 @@ def _run_locked(checked: Checked, raw_dir: Path, run_id: str | None, launcher_pi
             for g in gate
         ],
         # confirm_cases as the confirmation phase really times them (see phase_cases).
-        "parameters": {**params.record(), "confirm_cases": phase_cases(params, "confirm")},
+        "parameters": {
+            **params.record(),
+            "confirm_cases": phase_cases(params, "confirm") if params.confirm_processes else [],
+        },
         "launcher": {"pid": launcher_pid},
         "seeds": {
             "run": params.seed,

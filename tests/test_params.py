@@ -104,6 +104,7 @@ def test_notebook_values_round_trip_through_the_parameters() -> None:
         ('x" --raw-dir "/elsewhere', "is not a valid label"),
         ("-rf", "is not a valid label"),
         ("$(touch pwned)", "is not a valid label"),
+        ("$(shell touch pwned)", "is not a valid label"),  # Make's own syntax: not expanded
     ],
 )
 def test_make_variables_reach_the_cli_without_a_shell(tmp_path: Path, host: str, words: str):
@@ -239,3 +240,13 @@ def test_one_variant_with_aa_is_an_aa_only_run() -> None:
     assert p.sources == ["kvqueue", "kvqueue"] and p.labels == ["kvqueue", "kvqueue#2"]
     with pytest.raises(params.BenchInputError, match="at least two variants"):
         params.make_params(host="h", variants=["kvqueue"])
+
+
+@pytest.mark.parametrize("command", ["", "validate", "bench", "quick", "report", "sync-notebooks"])
+def test_every_help_prints(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help texts with %: a bare % in one crashed `report --help`."""
+    argv = [command, "--help"] if command else ["--help"]
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 0
+    assert "usage: python -m kvqueue" in capsys.readouterr().out
