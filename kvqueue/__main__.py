@@ -259,14 +259,12 @@ def _add_quick(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_quick(args: argparse.Namespace) -> int:
     names = [f.name for f in params.bench_fields() if f.name not in ("host", "quick")]
-    specs = {f.name: params.spec_of(f) for f in params.bench_fields()}
     try:
         if args.from_env:
-            texts = {n: os.environ.get(params.ENV_PREFIX + specs[n].make, "") for n in names}
-            texts = {n: t for n, t in texts.items() if t.strip()}
+            texts = params.environment_texts(os.environ)
         else:
-            texts = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-        given = {n: params.parse_value(n, specs[n], t) for n, t in texts.items()}
+            texts = {n: getattr(args, n) for n in names}
+        given = params.parse_texts({n: texts[n] for n in names})
         from kvqueue import quick
 
         quick.run_quick(quick.quick_params(given))

@@ -229,26 +229,41 @@ def from_text(given: Mapping[str, str | bool | None]) -> BenchParams:
     BenchInputError
         On the first bad value.
     """
+    return make_params(**parse_texts(given))
+
+
+def parse_texts(given: Mapping[str, str | bool | None]) -> dict[str, Any]:
+    """Parse texts keyed by field name into values; ``None`` (not given) is dropped.
+
+    Raises
+    ------
+    BenchInputError
+        An unknown name, or the first text that does not parse.
+    """
     specs = {f.name: spec_of(f) for f in bench_fields()}
     unknown = sorted(set(given) - set(specs))
     if unknown:
         raise BenchInputError(f"unknown parameter(s): {', '.join(unknown)}")
-    values = {k: parse_value(k, specs[k], v) for k, v in given.items() if v is not None}
-    return make_params(**values)
+    return {k: parse_value(k, specs[k], v) for k, v in given.items() if v is not None}
+
+
+def environment_texts(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The text of every field from ``KVQUEUE_<MAKE VARIABLE>``; empty or unset: ``None``.
+
+    This is how ``make`` passes its variables: verbatim, so that no value is ever
+    evaluated by a shell. An empty variable means "the default" (so QUICK's defaults
+    still apply to it).
+    """
+    out: dict[str, str | None] = {}
+    for f in bench_fields():
+        text = environ.get(ENV_PREFIX + spec_of(f).make, "")
+        out[f.name] = text if text.strip() else None
+    return out
 
 
 def from_environment(environ: Mapping[str, str]) -> BenchParams:
-    """Build checked parameters from ``KVQUEUE_<MAKE VARIABLE>`` environment variables.
-
-    This is how ``make bench`` passes its variables: verbatim, so that no value is ever
-    evaluated by a shell. An empty variable means "the default".
-    """
-    given: dict[str, str | None] = {}
-    for f in bench_fields():
-        text = environ.get(ENV_PREFIX + spec_of(f).make, "")
-        # Boolean flags keep "" as "not given" so QUICK's defaults still apply.
-        given[f.name] = text if text.strip() else None
-    return from_text(given)
+    """Build checked parameters from ``KVQUEUE_<MAKE VARIABLE>`` environment variables."""
+    return from_text(environment_texts(environ))
 
 
 def make_params(**given: Any) -> BenchParams:

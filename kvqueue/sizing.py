@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvqueue import schema
+
 #: The cells whose precision sets a run's size (the report's headline cycles).
 HEADLINE_CASES = ("alloc1", "alloc2", "mix")
 RULE = (
@@ -96,16 +98,17 @@ def per_process_log_ratios(
 ) -> dict[str, list[float]]:
     """``{"case/pool a vs b": [log ratio per process]}`` from pilot sample rows.
 
-    ``rows`` are ``samples.csv`` rows (``process, phase, case, pool, variant, ..., ns_per_cycle``
-    at the schema's positions); per process and variant the median ns/cycle is taken, then
+    ``rows`` are ``samples.csv`` rows (columns :data:`kvqueue.schema.SAMPLE_COLUMNS`); per
+    process and variant the median ns/cycle is taken, then
     the log of candidate over baseline for every pair of non-bound variants.
     """
+    col = {name: i for i, name in enumerate(schema.SAMPLE_COLUMNS)}
     per: dict[tuple[str, int, int, str], list[float]] = {}
     for row in rows:
-        process, phase, case, pool, variant = row[0], row[1], row[2], int(row[3]), row[4]
-        if phase != "main" or case not in HEADLINE_CASES:
+        if row[col["phase"]] != "main" or row[col["case"]] not in HEADLINE_CASES:
             continue
-        per.setdefault((case, pool, int(process), variant), []).append(float(row[10]))
+        key = (row[col["case"]], int(row[col["pool"]]), int(row[col["process"]]))
+        per.setdefault((*key, row[col["variant"]]), []).append(float(row[col["ns_per_cycle"]]))
     medians = {k: statistics.median(v) for k, v in per.items()}
     skip = set(bounds)
     usable = [lab for lab in labels if lab not in skip]
