@@ -491,8 +491,9 @@ def analyze(
 ) -> dict[str, pd.DataFrame]:
     """Compute every processed table from checked raw runs (no I/O).
 
-    Only the included runs (complete, not altered) enter the statistics; every run found
-    is a row of ``runs`` and its variants rows of ``variants``.
+    Only the included runs (complete, not altered) enter the statistics; every bench run
+    found is a row of ``runs`` and its variants rows of ``variants``. Runs of other kinds
+    (``run.json`` ``kind``: history, policy) stay out of these tables.
 
     Parameters
     ----------
@@ -509,7 +510,10 @@ def analyze(
         Table name (a key of :data:`kvqueue.schema.PROCESSED_TABLES`) -> its rows.
     """
     boot = settings.bootstrap()
-    raw = with_git_state(raw, git_states)
+    everything = with_git_state(raw, git_states)
+    # The A/B tables (headline, A/A coverage, precision) read bench runs only: a history
+    # run pairs releases of its own choosing and a policy run returns different blocks.
+    raw = everything.of_kind(schema.KIND_BENCH)
     runs = runs_table(raw, git_states)
     variants = variants_table(raw)
     headline_runs = runs.loc[runs["headline"].fillna(False), ["host", "run_id"]]

@@ -21,6 +21,11 @@ report names it, with the reason) but out of :attr:`RawData.included`, so out of
 statistic. A run id that appears in two folders, or two complete runs with
 byte-identical ``samples.csv``, is a :class:`RawDataError` naming both folders (a copied
 run must never count as an independent one).
+
+Kinds (``run.json`` ``kind``, :data:`kvqueue.schema.RUN_KINDS`): bench and history runs
+share the bench format and every check above. A run of another kind (``policy``) is
+checked for the keys every kind has and for the digests of every file its ``files``
+records; its own files are read by its own module, from :attr:`Run.path`.
 """
 
 from __future__ import annotations
@@ -132,8 +137,15 @@ class Run:
         return self.status == COMPLETE
 
     @property
+    def kind(self) -> str:
+        """What the run measured: ``bench``, ``history`` or ``policy``."""
+        return schema.run_kind(self.meta)
+
+    @property
     def included(self) -> bool:
         """Whether the run enters the analysis: complete and not altered."""
+        if self.kind not in schema.BENCH_FORMAT_KINDS:
+            return self.complete and self.altered is None
         return self.complete and self.altered is None and self.samples is not None
 
     @property
@@ -171,6 +183,10 @@ class RawData:
     def left_out(self) -> tuple[Run, ...]:
         """Runs left out: not complete, or altered."""
         return tuple(r for r in self.runs if not r.included)
+
+    def of_kind(self, *kinds: str) -> RawData:
+        """The runs of the given kinds only (``bench``, ``history``, ``policy``)."""
+        return RawData(tuple(r for r in self.runs if r.kind in kinds))
 
 
 # ---------------------------------------------------------------------------------------
@@ -281,6 +297,11 @@ def read_run(run_dir: Path | str) -> Run:
         )
     if meta["status"] != COMPLETE:
         return Run(run_dir, meta, None)
+    if schema.run_kind(meta) not in schema.BENCH_FORMAT_KINDS:
+        problem = _check_recorded_files(run_dir, meta)
+        if problem is not None:
+            return Run(run_dir, meta, None, ALTERED + problem, problem)
+        return Run(run_dir, meta, None, SEALED if meta.get(schema.FILES_KEY) else None)
     path = run_dir / SAMPLES_CSV
     _require(path.is_file(), path, "missing (a complete run needs its samples)")
     data = path.read_bytes()
@@ -321,6 +342,24 @@ def _check_digests(
     if hashlib.sha256(notebook.read_bytes()).hexdigest() != nb_sealed["sha256"]:
         return SEALED, "bench.ipynb sha256 differs from run.json (edited after the run)"
     return SEALED, None
+
+
+def _check_recorded_files(run_dir: Path, meta: dict[str, Any]) -> str | None:
+    """The first file of a non-bench run that differs from its recorded sha256, or None.
+
+    A complete run of such a kind must record its files: without digests nothing could
+    tell its data from an edited copy.
+    """
+    files = meta.get(schema.FILES_KEY)
+    if not files:
+        return "run.json records no digests of its files"
+    for name, entry in sorted(files.items()):
+        target = run_dir / name
+        if Path(name).name != name or not target.is_file():
+            return f"{name} is missing, run.json records its sha256"
+        if hashlib.sha256(target.read_bytes()).hexdigest() != entry["sha256"]:
+            return f"{name} sha256 differs from run.json (edited after the run)"
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -395,6 +434,14 @@ def read_run_json(path: Path | str) -> dict[str, Any]:
             path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
     _require(isinstance(meta, dict), path, "must hold one JSON object")
+    kind = meta.get(schema.KIND_KEY, schema.KIND_BENCH)
+    _require(
+        kind in schema.RUN_KINDS,
+        path,
+        f"kind {kind!r} is not one of {', '.join(schema.RUN_KINDS)}",
+    )
+    if kind not in schema.BENCH_FORMAT_KINDS:
+        return _check_common(meta, path)
     missing = [k for k in schema.RUN_KEYS if k not in meta]
     _require(not missing, path, f"missing key(s): {', '.join(missing)}")
     _require(
@@ -473,6 +520,34 @@ def read_run_json(path: Path | str) -> dict[str, Any]:
                 f"parameters.{key} must be a list of {'integers' if kind is int else 'strings'}",
             )
     _check_files_entry(meta, path)
+    return meta
+
+
+def _check_common(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Check the keys every kind of run has (a policy run's own keys are its module's)."""
+    missing = [k for k in schema.COMMON_RUN_KEYS if k not in meta]
+    _require(not missing, path, f"missing key(s): {', '.join(missing)}")
+    _require(
+        meta["schema_version"] in schema.READABLE_VERSIONS,
+        path,
+        f"schema_version {meta['schema_version']!r} is not one of {schema.READABLE_VERSIONS}",
+    )
+    for key in ("run_id", "host", "status"):
+        _require(isinstance(meta[key], str) and meta[key] != "", path, f"{key} must be a string")
+    for key in ("machine", "python", "parameters", "seeds", "project"):
+        _require(isinstance(meta[key], dict), path, f"{key} must be an object")
+    files = meta.get(schema.FILES_KEY)
+    _require(
+        files is None or isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object"
+    )
+    for name, entry in (files or {}).items():
+        _require(
+            isinstance(entry, dict)
+            and isinstance(entry.get("sha256"), str)
+            and bool(_SHA256_RE.fullmatch(entry["sha256"])),
+            path,
+            f"{schema.FILES_KEY}.{name}.sha256 must be a hex sha256",
+        )
     return meta
 
 

@@ -93,9 +93,43 @@ RUN_KEYS = (
     "processes_completed",  # {"main": n, "confirm": m}
     "process_info",  # per process: phase, process, cpu, pinned, seed, loops, seconds
 )
-#: Keys a run.json may hold besides the required ones: ``error`` (a failed run's reason)
-#: and ``sizing`` (the precision target's decision after the pilot, version 3 on).
-RUN_KEYS_OPTIONAL = ("error", "sizing")
+#: Keys a run.json may hold besides the required ones: ``error`` (a failed run's reason),
+#: ``sizing`` (the precision target's decision after the pilot, version 3 on) and
+#: ``kind`` (what the run measured, :data:`RUN_KINDS`; absent = ``"bench"``).
+RUN_KEYS_OPTIONAL = ("error", "sizing", "kind")
+
+#: ``run.json`` key naming what a run measured.
+KIND_KEY = "kind"
+#: A/B bench run (``make bench``): the headline, A/A coverage and precision read these.
+KIND_BENCH = "bench"
+#: Release-history run (``make history``): bench-format files, its own report section.
+KIND_HISTORY = "history"
+#: Allocation-policy run (``make policy``): its own files and report section.
+KIND_POLICY = "policy"
+RUN_KINDS = (KIND_BENCH, KIND_HISTORY, KIND_POLICY)
+#: Kinds whose folders hold a bench-format ``samples.csv`` and the bench run.json keys.
+BENCH_FORMAT_KINDS = (KIND_BENCH, KIND_HISTORY)
+#: The run.json keys every kind has (the rest of :data:`RUN_KEYS` are bench-format only).
+COMMON_RUN_KEYS = (
+    "schema_version",
+    "run_id",
+    "host",
+    "status",
+    "started_at",
+    "ended_at",
+    "machine",
+    "python",
+    "parameters",
+    "seeds",
+    "project",
+)
+
+
+def run_kind(meta: dict) -> str:
+    """What a run measured: ``meta["kind"]``, or ``"bench"`` for runs before kinds existed."""
+    return str(meta.get(KIND_KEY, KIND_BENCH))
+
+
 #: Keys that version 2 adds to :data:`RUN_KEYS`.
 RUN_KEYS_V2 = (
     FILES_KEY,  # {"samples.csv": {"sha256", "rows"}, "bench.ipynb": {"sha256"}}

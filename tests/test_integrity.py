@@ -623,3 +623,77 @@ def test_edited_committed_schema1_run_is_left_out_by_its_git_state(tmp_path: Pat
     row = runs_of(raw, processed.git_states(raw)).loc[run.name]
     assert row["git_state"] == "modified" and not bool(row["included"])
     assert row["note"] == "left out: altered: raw files differ from their git commit"
+
+
+# ---------------------------------------------------------------------------------------
+# kinds of runs
+
+
+def test_a_history_run_stays_out_of_the_bench_tables(tmp_path: Path) -> None:
+    """A bench-format run of kind history is read and checked, but never a headline."""
+    bench = seal(write_run(tmp_path, **FULL))
+    history = seal(write_run(tmp_path, run_id="20261129T110000Z-cp312-0002", seed=2, **FULL))
+    edit_json(history, lambda m: m.update(kind=schema.KIND_HISTORY))
+    raw = rawdata.read_raw(tmp_path)
+    kinds = {r.run_id: r.kind for r in raw.runs}
+    assert kinds == {bench.name: "bench", history.name: "history"}
+    assert all(r.included for r in raw.runs)  # both pass every check
+    tables = analysis.analyze(raw, FAST)
+    assert set(tables["runs"]["run_id"]) == {bench.name}
+    assert set(tables["summary"]["run_id"]) == {bench.name}
+    assert [r.run_id for r in raw.of_kind(schema.KIND_HISTORY).runs] == [history.name]
+
+
+def _policy_run(raw: Path, payload: bytes = b"policy,metric\nlru,1\n") -> Path:
+    run = raw / "synth" / "20261129T120000Z-cp312-0003"
+    run.mkdir(parents=True)
+    (run / "policy.csv").write_bytes(payload)
+    meta = {
+        "schema_version": schema.SCHEMA_VERSION,
+        "kind": schema.KIND_POLICY,
+        "run_id": run.name,
+        "host": "synth",
+        "status": "complete",
+        "started_at": "2026-11-29T12:00:00+00:00",
+        "ended_at": "2026-11-29T12:05:00+00:00",
+        "machine": {},
+        "python": {"implementation": "CPython", "version": "3.12.1"},
+        "parameters": {},
+        "seeds": {},
+        "project": {},
+        "files": {"policy.csv": {"sha256": hashlib.sha256(payload).hexdigest()}},
+    }
+    (run / "run.json").write_text(json.dumps(meta), encoding="utf-8")
+    return run
+
+
+def test_a_policy_run_needs_only_the_common_keys_and_its_digests(tmp_path: Path) -> None:
+    run = _policy_run(tmp_path)
+    seal(write_run(tmp_path, **FULL))
+    raw = rawdata.read_raw(tmp_path)
+    policy = raw.of_kind(schema.KIND_POLICY).runs
+    assert [(r.run_id, r.included, r.integrity) for r in policy] == [
+        (run.name, True, rawdata.SEALED)
+    ]
+    tables = analysis.analyze(raw, FAST)
+    assert run.name not in set(tables["runs"]["run_id"])
+
+
+def test_an_edited_policy_file_alters_the_run(tmp_path: Path) -> None:
+    run = _policy_run(tmp_path)
+    (run / "policy.csv").write_bytes(b"policy,metric\nlru,0.5\n")
+    (only,) = rawdata.read_raw(tmp_path).runs
+    assert not only.included
+    assert only.altered == "policy.csv sha256 differs from run.json (edited after the run)"
+    (run / "policy.csv").unlink()
+    (only,) = rawdata.read_raw(tmp_path).runs
+    assert only.altered == "policy.csv is missing, run.json records its sha256"
+
+
+def test_an_unknown_kind_is_one_line_naming_run_json(tmp_path: Path) -> None:
+    run = _policy_run(tmp_path)
+    edit_json(run, lambda m: m.update(kind="benchmark"))
+    with pytest.raises(rawdata.RawDataError) as err:
+        rawdata.read_raw(tmp_path)
+    assert one_line(err.value).startswith(str(run / "run.json"))
+    assert "kind 'benchmark' is not one of bench, history, policy" in str(err.value)
