@@ -15,7 +15,7 @@ STAMP        := $(VENV)/.installed
 # variables, verbatim: no value is ever evaluated by a shell.
 BENCH_VARS := HOST PYTHON VARIANTS PROCESSES PRECISION MAX_PROCESSES MAX_MINUTES \
               CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS POOLS CASES CONFIRM_CASES CPU GC \
-              SEED GATE_OPS QUICK AA BLOCK_SOURCE
+              SEED GATE_OPS QUICK AA BLOCK_SOURCE BLOCK_MODE
 HOST     ?=
 PYTHON   ?= python3
 VARIANTS ?=
@@ -37,16 +37,44 @@ GATE_OPS  ?=
 QUICK     ?=
 AA        ?=
 BLOCK_SOURCE ?=
+BLOCK_MODE ?=
 RAW_DIR   ?= data/raw
 
-$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench quick validate: export KVQUEUE_$(v) = $$(value $(v))))
+$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench quick validate history: export KVQUEUE_$(v) = $$(value $(v))))
+# make history: the releases to time ('' = every release with the queue).
+RELEASES ?=
+history: export KVQUEUE_RELEASES = $(value RELEASES)
 # Make exports command-line variables to every recipe, expanding them on the way (a
 # HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) RAW_DIR
+unexport $(BENCH_VARS) RAW_DIR RELEASES
+
+# `make policy` parameters: one Make variable per field of kvqueue.params.PolicyParams
+# (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
+POLICY_VARS := HOST PYTHON VARIANT WINDOWS THRESHOLD PROCESSES SEED CPU GC POOL CONCURRENCY \
+               PREFILL PREFILL_SIGMA PREFILL_MAX DECODE DECODE_SIGMA DECODE_MAX DECODE_EVERY \
+               PREFIX_SHARE FAMILIES WARMUP_STEPS STEPS
+VARIANT ?=
+WINDOWS ?=
+THRESHOLD ?=
+POOL ?=
+CONCURRENCY ?=
+PREFILL ?=
+PREFILL_SIGMA ?=
+PREFILL_MAX ?=
+DECODE ?=
+DECODE_SIGMA ?=
+DECODE_MAX ?=
+DECODE_EVERY ?=
+PREFIX_SHARE ?=
+FAMILIES ?=
+WARMUP_STEPS ?=
+STEPS ?=
+$(foreach v,$(POLICY_VARS) RAW_DIR,$(eval policy: export KVQUEUE_$(v) = $$(value $(v))))
+unexport $(POLICY_VARS)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test-fast lint format validate bench quick report notebooks clean
+.PHONY: help setup test test-fast lint format validate bench quick history policy report notebooks clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
@@ -84,6 +112,12 @@ bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label requir
 
 quick: $(STAMP) ## fast A/B loop: gate + paired processes, table in the terminal, nothing written
 	@$(VPY) -m kvqueue quick --from-env
+
+history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, into data/raw/HOST/ (HOST required; RELEASES=...)
+	@$(VPY) -m kvqueue history --from-env
+
+policy: $(STAMP) ## allocation policies on the churn workload into data/raw/HOST/<run-id>/ (HOST=label required)
+	@$(VPY) -m kvqueue policy --from-env
 
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params.py
 	$(VPY) -m kvqueue sync-notebooks

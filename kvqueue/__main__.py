@@ -8,6 +8,11 @@
     rebuild ``data/processed`` and render the HTML report and PR writeup (``make report``);
 ``quick``
     a fast A/B loop: gate, paired processes, the comparison printed (``make quick``);
+``history``
+    every distinct queue version of vLLM's releases, paired (``make history``);
+``policy``
+    allocation policies on the churn workload, checked by invariants, into
+    ``data/raw/<host>/<run-id>/`` (``make policy``);
 ``sync-notebooks``
     regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`.
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -67,17 +73,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(f"kvqueue validate: {exc}", file=sys.stderr)
             return 2
         sources, block_source = bench.sources, bench.block_source or None
+        args.block_mode = bench.block_mode
         args.ops = bench.gate_ops
         args.sizes = tuple(sorted({params.MIN_POOL, *bench.pools}))
     if not sources:
         print("kvqueue validate: give at least one SOURCE (or --from-env)", file=sys.stderr)
         return 2
     try:
-        variants = loader.load_variants(sources, block_source=block_source or None)
+        variants = loader.load_variants(
+            sources, block_source=block_source or None, block_mode=args.block_mode
+        )
     except loader.SourceError as exc:
         print(f"kvqueue validate: {exc}", file=sys.stderr)
         return 2
-    results = validate.gate(variants, ops=args.ops, seed=args.seed, sizes=args.sizes)
+    results = validate.gate(
+        variants, ops=args.ops, seed=args.seed, sizes=args.sizes, invalid=args.invalid_ops
+    )
     if args.json:
         records = [
             {**r.__dict__, "provenance": v.provenance()}
@@ -88,11 +99,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     else:
         print(
             f"validation gate: seed {args.seed}, baseline {variants[0].label}, "
-            f"block class from {variants[0].block_src.source}, "
-            f"under {sys.executable} ({sys.version.split()[0]})"
+            + (
+                "each variant's own block class, "
+                if args.block_mode == "own"
+                else f"block class from {variants[0].block_src.source}, "
+            )
+            + f"under {sys.executable} ({sys.version.split()[0]})"
         )
         for result in results:
             print(result.line())
+            for note in result.notes():
+                print("      " + note)
             if result.error:
                 print("      " + result.error.replace("\n", "\n      "))
     failed = [r.label for r in results if not r.ok]
@@ -130,6 +147,19 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         "--block-source",
         default=None,
         help="source of the shared KVCacheBlock class (default: the baseline)",
+    )
+    p.add_argument(
+        "--invalid-ops",
+        choices=("refuse", "record"),
+        default="refuse",
+        help="refuse a candidate that differs from its reference on an invalid operation, "
+        "or record the difference (a release history: contracts changed between releases)",
+    )
+    p.add_argument(
+        "--block-mode",
+        choices=("shared", "own"),
+        default="shared",
+        help="shared: one KVCacheBlock class for all (the baseline's); own: each variant's",
     )
     p.add_argument(
         "--sizes",
@@ -210,6 +240,7 @@ def _bench_params(args: argparse.Namespace) -> params.BenchParams:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from kvqueue import schema
 
+    os.environ[params.BUDGET_START_ENV] = repr(time.time())  # MAX_MINUTES counts from here
     try:
         raw_text = args.raw_dir or (
             os.environ.get(params.ENV_PREFIX + "RAW_DIR", "") if args.from_env else ""
@@ -270,6 +301,107 @@ def _cmd_quick(args: argparse.Namespace) -> int:
         quick.run_quick(quick.quick_params(given))
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
         return _exit_status("make quick", exc)
+    return 0
+
+
+# ------------------------------------------------------------------ history
+
+
+def _add_history(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "history",
+        help="time every distinct queue version of vLLM's releases into data/raw/<host>/",
+        description="A bench run over vLLM's release history (kvqueue.history): every "
+        "release from the first with the V1 free-block queue to the newest (or RELEASES), "
+        "each distinct class version once, own block classes, paired protocol. Reads the "
+        "bench variables from the environment (how `make history` passes them).",
+    )
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"read the parameters from {params.ENV_PREFIX}<MAKE VARIABLE> and "
+        f"{params.ENV_PREFIX}RELEASES (`make history`)",
+    )
+    p.add_argument("--releases", default=None, help="releases to time, space separated [RELEASES]")
+    p.add_argument("--host", default=None, help="label of this machine [HOST]")
+    p.add_argument("--python", default=None, help="interpreter to measure [PYTHON]")
+    p.add_argument("--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR]")
+    p.set_defaults(func=_cmd_history)
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from kvqueue import history
+
+    try:
+        if args.from_env:
+            texts = params.environment_texts(os.environ)
+            releases_text = os.environ.get(history.RELEASES_ENV, "")
+            raw_text = os.environ.get(params.ENV_PREFIX + "RAW_DIR", "")
+        else:
+            texts = {f.name: None for f in params.bench_fields()}
+            texts.update(host=args.host, python=args.python)
+            releases_text, raw_text = args.releases or "", ""
+        raw_dir = Path(args.raw_dir or raw_text or params.resolve_in_repo("data/raw")).resolve()
+        bench = history.history_params(texts)
+        history.run_history(bench, history.releases_from_text(releases_text), raw_dir)
+    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
+        return _exit_status("make history", exc)
+    return 0
+
+
+# ------------------------------------------------------------------ policy
+
+
+def _add_policy(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "policy",
+        help="allocation policies on a churn workload into data/raw/<host>/<run-id>/",
+        description="Check and time the allocation policies (lru and the contiguous-run "
+        "policy per window factor) on the seeded churn workload. Every option is also a "
+        "Make variable of `make policy` (shown in brackets).",
+    )
+    for f in params.policy_fields():
+        spec = params.spec_of(f)
+        default = params.default_of(f)
+        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        text = spec.help.replace("%", "%%")
+        p.add_argument(
+            _option(f.name), metavar=spec.make, help=f"{text} [{spec.make}; default: {shown!s}]"
+        )
+    p.add_argument(
+        "--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR; data/raw]"
+    )
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"read every parameter from {params.ENV_PREFIX}<MAKE VARIABLE> (`make policy`)",
+    )
+    p.set_defaults(func=_cmd_policy)
+
+
+def _cmd_policy(args: argparse.Namespace) -> int:
+    from kvqueue import policy_run, schema
+
+    names = [f.name for f in params.policy_fields()]
+    try:
+        if args.from_env:
+            given = [n for n in names if getattr(args, n) is not None]
+            if given:
+                raise BenchInputError(
+                    f"--from-env takes no other parameter (got {_option(given[0])})"
+                )
+            texts = params.policy_environment_texts(os.environ)
+        else:
+            texts = {n: getattr(args, n) for n in names}
+        raw_text = args.raw_dir or (
+            os.environ.get(params.ENV_PREFIX + "RAW_DIR", "") if args.from_env else ""
+        )
+        raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
+        checked, info = params.check_policy(params.policy_from_text(texts))
+        run_id = schema.new_run_id(info["tag"])
+        policy_run.run_policy(checked, info, raw_dir, run_id)
+    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
+        return _exit_status("make policy", exc)
     return 0
 
 
@@ -345,13 +477,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The one parser of ``python -m kvqueue`` (all subcommands)."""
     parser = _OneLineParser(
         prog="python -m kvqueue",
-        description="kvqueue-bench: validate, bench, quick, report, sync-notebooks "
+        description="kvqueue-bench: validate, bench, quick, policy, report, sync-notebooks "
         "(`python -m kvqueue COMMAND --help` for each).",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
     _add_bench(sub)
     _add_quick(sub)
+    _add_history(sub)
+    _add_policy(sub)
     _add_report(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)
@@ -365,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except BenchInputError as exc:
         command = argv[0] if argv and not argv[0].startswith("-") else ""
-        prefix = f"make {command}" if command in ("bench", "quick") else "kvqueue"
+        prefix = f"make {command}" if command in ("bench", "quick", "policy") else "kvqueue"
         prefix = f"kvqueue {command}" if command and prefix == "kvqueue" else prefix
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 2

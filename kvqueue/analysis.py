@@ -31,7 +31,8 @@ with ``kind`` ``"pair"`` or ``"aa"`` (an A/A duplicate ``X#2`` vs ``X``: the noi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,62 +40,12 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import rawdata, schema, stats
-from kvqueue.params import ReportSettings
+from kvqueue.comparisons import AA, PAIR, aa_original, comparisons_for_run
+from kvqueue.params import ReportSettings, make_assignments
 
 CELL = schema.CELL
 COMPARISON = schema.COMPARISON
-PAIR = "pair"
-AA = "aa"
 _S, _F = schema.STRING, schema.FLOAT
-
-# ---------------------------------------------------------------------------------------
-# comparisons
-
-
-def comparisons_for_run(
-    labels: Sequence[str],
-    baseline: str,
-    bound_labels: Iterable[str],
-    pairs: Sequence[tuple[str, str]],
-) -> list[tuple[str, str, str]]:
-    """Return the ``(candidate, baseline, kind)`` comparisons made within one run.
-
-    Parameters
-    ----------
-    labels
-        The run's variant labels.
-    baseline
-        The run's baseline label.
-    bound_labels
-        Labels of lower bounds (never a candidate of a fallback comparison).
-    pairs
-        Configured pairs; those whose two labels are in the run are used.
-
-    Returns
-    -------
-    list of tuple
-        Configured pairs present in the run; when none is present, every candidate
-        (not an A/A copy, not a bound) against the run's baseline, so any run still
-        gets compared. Plus one ``"aa"`` comparison ``X#k`` vs ``X`` per A/A copy.
-    """
-    present = set(labels)
-    bounds = set(bound_labels)
-    out = [(c, b, PAIR) for c, b in pairs if c in present and b in present and c != b]
-    if not out:
-        out = [
-            (lab, baseline, PAIR)
-            for lab in labels
-            if lab != baseline and lab not in bounds and aa_original(lab) is None
-        ]
-    out.extend((lab, orig, AA) for lab in labels if (orig := aa_original(lab)) in present)
-    return out
-
-
-def aa_original(label: str) -> str | None:
-    """Return ``X`` for an A/A copy label ``X#2`` (``X#3``, ...), else ``None``."""
-    base, sep, num = label.rpartition("#")
-    return base if sep and base and num.isdigit() and int(num) >= 2 else None
-
 
 # ---------------------------------------------------------------------------------------
 # build
@@ -118,6 +69,8 @@ def _recency(run: rawdata.Run) -> tuple[float, str]:
 
 #: :func:`protocol` of a run that measured the full protocol.
 FULL = "full"
+#: :func:`protocol` of a run of one source and its A/A copies only.
+AA_ONLY = "A/A only (noise floor)"
 #: Pools and cases that a run must cover to be of the full protocol (the defaults of
 #: ``make bench``).
 FULL_POOLS = schema.POOLS
@@ -134,12 +87,17 @@ def protocol(run: rawdata.Run) -> str:
     Returns
     -------
     str
-        ``"full"``, ``"quick (smoke run)"``, ``"too few processes (2 < 6)"`` or
-        ``"reduced (pools 2048 only; cases alloc1 mix only)"``.
+        ``"full"``, ``"quick (smoke run)"``, :data:`AA_ONLY`, ``"too few processes
+        (2 < 6)"`` or ``"reduced (pools 2048 only; cases alloc1 mix only)"``.
     """
     params = run.meta.get("parameters") or {}
     if params.get("quick") is True:
         return "quick (smoke run)"
+    labels = [v.get("label") for v in run.meta.get("variants") or [] if not v.get("is_bound")]
+    if len(labels) > 1 and all(aa_original(str(label)) for label in labels[1:]):
+        # One source and its copies (VARIANTS=X AA=1): it measures the noise floor and
+        # the intervals' coverage, and has no comparison to headline.
+        return AA_ONLY
     processes = params.get("processes")
     if not isinstance(processes, int) or processes < stats.MIN_PROCESSES:
         return f"too few processes ({processes} < {stats.MIN_PROCESSES})"
@@ -359,6 +317,7 @@ def runs_table(raw: rawdata.RawData, git_states: Mapping[str, str] | None = None
                 "sizing_wanted": _none_to_na((m.get("sizing") or {}).get("wanted")),
                 "sizing_capped_by": _none_to_na((m.get("sizing") or {}).get("capped_by")),
                 "epochs": params.get("epochs", 1),
+                "make_args": json.dumps(make_assignments(params)),
             }
         )
     return conform(pd.DataFrame(rows), "runs", sort=["host", "interpreter", "run_id"])

@@ -23,6 +23,18 @@ REMOVE_BLOCKS = 1024
 
 Runner = Callable[[int], int]
 
+#: Queue methods each case calls (a variant must be able to call them: its own or its
+#: adapter's, see ``loader.Variant.can``).
+CASE_METHODS: dict[str, tuple[str, ...]] = {
+    "alloc1": ("popleft_n", "append_n"),
+    "alloc2": ("popleft_n", "append_n"),
+    "alloc8": ("popleft_n", "append_n"),
+    "alloc32": ("popleft_n", "append_n"),
+    "mix": ("popleft_n", "append_n"),
+    "popappend": ("popleft", "append"),
+    "remove": ("remove", "append"),
+}
+
 
 def ops_per_loop(case: str, pool: int) -> int:
     """Units timed per loop iteration: ns/cycle = ns_total / (loops * ops_per_loop)."""

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from kvqueue import analysis, processed, schema, stats, tables
+from kvqueue import analysis, history_report, policy_report, processed, schema, stats, tables
 
 DPI = 100
 WIDTH_IN = 13.0
@@ -421,6 +421,21 @@ FIGURES: dict[str, FigureSpec] = {
         "Bar chart on a log scale: median ns per cycle of every variant per case, one panel "
         "per host, interpreter and pool; dots are the per-process medians.",
         ns_per_variant,
+    ),
+    "policy": FigureSpec(
+        "Allocation policies against the window factor",
+        "Three panels against the contiguous policy's window factor (1, 2, 4, 8, unbounded): "
+        "runs per large allocation, time per large allocation relative to lru (log scale) "
+        "and older free blocks passed over; one line per host and interpreter with its "
+        "confidence intervals, lru as a dashed line.",
+        policy_report.figure,
+    ),
+    "history": FigureSpec(
+        "ns per cycle across vLLM releases",
+        "Line plot per interpreter (rows) and case (columns): median ns per cycle of each "
+        "distinct queue version, oldest to newest, labelled by the first release that "
+        "shipped it, with 95% intervals; significant steps of 5% or more are labelled.",
+        history_report.figure,
     ),
 }
 

@@ -15,8 +15,20 @@ Any source may end in ``::ClassName`` and start with a name, ``NAME=SOURCE``
 writeup, and the source is recorded beside it. Classes are cut out of the source text with
 ``ast`` (decorators included) and executed in a fresh module registered in
 ``sys.modules``: upstream's module imports half of vLLM, so it cannot be imported.
-All variants of a run bind ``KVCacheBlock`` to ONE shared block class, so the measured
-difference is the queue code alone.
+By default (block mode ``shared``) all variants of a run bind ``KVCacheBlock`` to ONE
+block class, so the measured difference is the queue code alone; in block mode ``own``
+every variant binds the ``KVCacheBlock`` of its own source (what that release really ran:
+a release history needs 0.9.x's dataclass ``__eq__``, the cost vLLM PR #21005 removed).
+
+Older APIs (docs/design.md §2): a class without ``popleft_n`` / ``append_n`` (vLLM before
+0.10.0) is driven the way that release's own ``BlockPool`` drove it, by loops of
+``popleft`` / ``append``: a subclass made at load time (:data:`ADAPTER_POPLEFT_LOOP`),
+named in the variant's provenance, never silent. ``prepend_n`` and ``iter_blocks_after``
+(vLLM 0.23.0 and 0.26.0) have no adapter: a class without them is loaded, the gate skips
+the checks that need them and says so, and a case that needs one is refused. A class
+whose text names ``free_list_head`` but no sentinel (vLLM before 0.10.0) has the
+*head-tail* structure (first and last block held in ``free_list_head`` /
+``free_list_tail``, ``None`` links at the ends) instead of sentinel blocks.
 
 Standard library only (the gate and the worker run this under the measured interpreter).
 """
@@ -38,7 +50,7 @@ from kvqueue import upstream
 QUEUE_CLASS = "FreeKVCacheBlockQueue"
 BLOCK_CLASS = "KVCacheBlock"
 FLOOR_CLASS = "FloorKVCacheBlockQueue"
-#: Public queue API every variant must have (docs/design.md §1).
+#: Public queue API (docs/design.md §1).
 QUEUE_METHODS = (
     "popleft",
     "popleft_n",
@@ -49,6 +61,21 @@ QUEUE_METHODS = (
     "get_all_free_blocks",
     "iter_blocks_after",
 )
+#: Methods every variant must have itself (every vLLM release with the queue has them).
+CORE_METHODS = ("popleft", "remove", "append", "get_all_free_blocks")
+#: Methods an adapter supplies when a class lacks them: method -> adapter name.
+ADAPTED_METHODS = {"popleft_n": "popleft-loop", "append_n": "popleft-loop"}
+#: The one adapter: ``popleft_n(n)`` = n ``popleft()`` calls, ``append_n(blocks)`` = one
+#: ``append()`` per block, as vLLM's ``BlockPool`` drove the queue before 0.10.0.
+ADAPTER_POPLEFT_LOOP = "popleft-loop"
+#: Methods a variant may lack (no adapter): the gate skips their checks, and no timed
+#: case uses them (``cases.CASE_METHODS``).
+OPTIONAL_METHODS = ("prepend_n", "iter_blocks_after")
+#: Link structures: sentinel blocks (vLLM 0.10.0 on) or head/tail attributes (before).
+STRUCTURE_SENTINELS = "sentinels"
+STRUCTURE_HEAD_TAIL = "head-tail"
+#: Block modes: one block class for every variant, or each variant's own.
+BLOCK_MODES = ("shared", "own")
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _OWN_FILE = _PACKAGE_DIR / "fast.py"
 _OWN_BLOCK_FILE = _PACKAGE_DIR / "block.py"
@@ -95,6 +122,22 @@ class Variant:
     queue_src: ClassSource
     block_src: ClassSource
     is_bound: bool = False
+    #: :data:`ADAPTER_POPLEFT_LOOP` when the class lacks ``popleft_n``/``append_n``.
+    adapter: str | None = None
+    #: The methods the adapter supplies.
+    adapted: tuple[str, ...] = ()
+    #: Methods of :data:`OPTIONAL_METHODS` the class lacks (the gate skips their checks).
+    missing: tuple[str, ...] = ()
+    #: :data:`STRUCTURE_SENTINELS` or :data:`STRUCTURE_HEAD_TAIL`.
+    structure: str = STRUCTURE_SENTINELS
+
+    def has(self, method: str) -> bool:
+        """Whether the class has ``method`` itself (not through an adapter)."""
+        return method not in self.missing and method not in self.adapted
+
+    def can(self, method: str) -> bool:
+        """Whether ``method`` can be called (the class's own or the adapter's)."""
+        return method not in self.missing
 
     def provenance(self) -> dict:
         """Return a JSON-ready record of where this variant's code came from."""
@@ -109,6 +152,10 @@ class Variant:
             "block_source": self.block_src.source,
             "block_class_sha256": self.block_src.sha256,
             "is_bound": self.is_bound,
+            "adapter": self.adapter,
+            "adapted_methods": list(self.adapted),
+            "missing_methods": list(self.missing),
+            "structure": self.structure,
         }
 
 
@@ -287,19 +334,65 @@ def load_block_class(source: str) -> tuple[type, ClassSource]:
     return _exec_class(block_src, {}), block_src
 
 
+# The adapter's text, executed in the variant's own module at every load (so a new
+# layout gets new function objects, as the class does). The loops are BlockPool's
+# (get_new_blocks: one popleft() per block into a list; free_blocks: one append() per
+# block), without its bookkeeping of ref counts and hashes.
+_ADAPTER_TEXT = {
+    "popleft_n": (
+        "    def popleft_n(self, n):\n"
+        "        ret = []\n"
+        "        for _ in range(n):\n"
+        "            ret.append(self.popleft())\n"
+        "        return ret\n"
+    ),
+    "append_n": (
+        "    def append_n(self, blocks):\n"
+        "        for block in blocks:\n"
+        "            self.append(block)\n"
+    ),
+}
+
+
+def _adapt(cls: type, methods: tuple[str, ...], module_name: str) -> type:
+    """Return a subclass of ``cls`` that adds ``methods`` from :data:`_ADAPTER_TEXT`."""
+    text = f"class {cls.__name__}(_AdaptedBase):\n" + "".join(_ADAPTER_TEXT[m] for m in methods)
+    namespace = sys.modules[module_name].__dict__
+    namespace["_AdaptedBase"] = cls
+    exec(compile(text, f"<kvqueue adapter {ADAPTER_POPLEFT_LOOP}>", "exec"), namespace)
+    adapted = namespace[cls.__name__]
+    adapted.__qualname__ = f"{cls.__qualname__}+{ADAPTER_POPLEFT_LOOP}"
+    return adapted
+
+
+def structure_of(cls_src: ClassSource) -> str | None:
+    """The link structure a queue class's text uses (see the module docstring), or
+    None when its text names neither sentinels nor ``free_list_head``."""
+    text = cls_src.text
+    if "fake_free_list_head" in text:
+        return STRUCTURE_SENTINELS
+    if "free_list_head" in text:
+        return STRUCTURE_HEAD_TAIL
+    return None
+
+
 def load_variant(
     source: str,
     block: tuple[type, ClassSource],
     label: str | None = None,
 ) -> Variant:
-    """Load one queue class bound to the shared block class.
+    """Load one queue class bound to the given block class.
+
+    A class without ``popleft_n`` / ``append_n`` gets the :data:`ADAPTER_POPLEFT_LOOP`
+    adapter; one without ``prepend_n`` / ``iter_blocks_after`` is loaded with those
+    recorded as missing.
 
     Parameters
     ----------
     source
         The source string.
     block
-        ``(block_cls, block_source)`` shared by all variants of the run.
+        ``(block_cls, block_source)`` this variant's queue links.
     label
         Name of the variant in the data; defaults to the source's ``NAME=`` or the
         source string itself.
@@ -307,17 +400,27 @@ def load_variant(
     Raises
     ------
     SourceError
-        As :func:`read_source`, or the class lacks a queue method.
+        As :func:`read_source`, or the class lacks a method of :data:`CORE_METHODS`.
     """
     name, source = split_name(source)
     queue_src = read_source(source)
     cls = _exec_class(queue_src, {BLOCK_CLASS: block[0]})
-    missing = [m for m in QUEUE_METHODS if not callable(getattr(cls, m, None))]
-    if missing:
+    absent = tuple(m for m in QUEUE_METHODS if not callable(getattr(cls, m, None)))
+    if any(m in CORE_METHODS for m in absent):
         raise SourceError(
             f"class {queue_src.class_name} from {queue_src.path} lacks queue method(s): "
-            + ", ".join(missing)
+            + ", ".join(absent)
         )
+    structure = structure_of(queue_src)
+    if structure is None:
+        raise SourceError(
+            f"class {queue_src.class_name} from {queue_src.path} is not a linked free-block "
+            "queue (it names neither fake_free_list_head nor free_list_head)"
+            + (f"; it lacks queue method(s): {', '.join(absent)}" if absent else "")
+        )
+    adapted = tuple(m for m in absent if m in ADAPTED_METHODS)
+    if adapted:
+        cls = _adapt(cls, adapted, cls.__module__)
     return Variant(
         label=label or name or source,
         source=source,
@@ -326,6 +429,10 @@ def load_variant(
         queue_src=queue_src,
         block_src=block[1],
         is_bound=queue_src.class_name == FLOOR_CLASS,
+        adapter=ADAPTER_POPLEFT_LOOP if adapted else None,
+        adapted=adapted,
+        missing=tuple(m for m in absent if m in OPTIONAL_METHODS),
+        structure=structure,
     )
 
 
@@ -342,7 +449,9 @@ def variant_labels(sources: list[str]) -> list[str]:
     return labels
 
 
-def load_variants(sources: list[str], block_source: str | None = None) -> list[Variant]:
+def load_variants(
+    sources: list[str], block_source: str | None = None, block_mode: str = "shared"
+) -> list[Variant]:
     """Load every source of a run; the first is the baseline.
 
     Parameters
@@ -351,6 +460,10 @@ def load_variants(sources: list[str], block_source: str | None = None) -> list[V
         Source strings, baseline first. The same source may appear twice (A/A pair).
     block_source
         Where the shared ``KVCacheBlock`` comes from; defaults to the baseline source.
+        Only with ``block_mode="shared"``.
+    block_mode
+        ``"shared"`` (one block class for all) or ``"own"`` (each source's own
+        ``KVCacheBlock``; ``kvqueue`` sources use ``kvqueue/block.py``).
 
     Returns
     -------
@@ -358,6 +471,15 @@ def load_variants(sources: list[str], block_source: str | None = None) -> list[V
     """
     if not sources:
         raise SourceError("no variant sources given")
+    if block_mode not in BLOCK_MODES:
+        raise SourceError(f"block mode {block_mode!r} is not one of {', '.join(BLOCK_MODES)}")
+    if block_mode == "own":
+        if block_source:
+            raise SourceError("a block source is given, but block mode 'own' uses each variant's")
+        return [
+            load_variant(src, load_block_class(src), label)
+            for src, label in zip(sources, variant_labels(sources), strict=True)
+        ]
     block = load_block_class(block_source or sources[0])
     return [
         load_variant(src, block, label)

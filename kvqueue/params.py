@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, loader, schema
+from kvqueue import cases, hostinfo, loader, schema
 from kvqueue.errors import BenchInputError
 
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
@@ -44,6 +44,10 @@ MAX_POOL = 10_000_000
 #: Prefix of the environment variables through which ``make`` hands its variables to
 #: ``python -m kvqueue ... --from-env``: values travel verbatim, never through a shell.
 ENV_PREFIX = "KVQUEUE_"
+#: Environment variable in which ``python -m kvqueue bench`` leaves the wall-clock time
+#: (``time.time()``) at which it started: MAX_MINUTES budgets the whole command, the
+#: interpreter probe, the notebook's kernel and the gate included (~25 s on a 2-vCPU VM).
+BUDGET_START_ENV = "KVQUEUE_BUDGET_START"
 _TRUE = ("1", "yes", "true", "on")
 _FALSE = ("", "0", "no", "false", "off")
 
@@ -128,6 +132,11 @@ class BenchParams:
     block_source: str = _param(
         "", "BLOCK_SOURCE", "source of the shared KVCacheBlock class ('': the baseline's)"
     )
+    block_mode: str = _param(
+        "shared",
+        "BLOCK_MODE",
+        "KVCacheBlock class: shared (one for all variants) | own (each variant's release's)",
+    )
 
     @property
     def sources(self) -> list[str]:
@@ -142,6 +151,46 @@ class BenchParams:
     def record(self) -> dict[str, Any]:
         """JSON-ready copy for ``run.json`` and the notebook (tuples become lists)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+#: How a run recorded before a field existed behaved, as that field's value: a fixed
+#: PROCESSES with no precision target, and one layout per process.
+LEGACY_RECORD_VALUES: dict[str, Any] = {"precision": 0.0, "epochs": 1, "block_mode": "shared"}
+#: Fields that a reproduce command writes from elsewhere (host label, executable, sources).
+_NOT_ASSIGNED = ("host", "python", "variants")
+
+
+def make_assignments(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The Make variables that repeat a run, from its ``run.json`` ``parameters``.
+
+    Every field is written out, defaults included, so that the command still repeats
+    the run after a default changes; a field the run could not record (it did not exist
+    yet) takes :data:`LEGACY_RECORD_VALUES` or is left out. ``host``, ``python`` and
+    ``variants`` are left to the caller.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(MAKE_VARIABLE, text)`` in field order; texts parse back with
+        :func:`parse_value` to the recorded values.
+    """
+    out = []
+    for f in bench_fields():
+        if f.name in _NOT_ASSIGNED:
+            continue
+        value = record.get(f.name, LEGACY_RECORD_VALUES.get(f.name))
+        if value is None or value == "":
+            continue  # empty means the default, which is what the run used
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, list | tuple):
+            text = " ".join(str(v) for v in value)
+        elif isinstance(value, float):
+            text = f"{value:g}"
+        else:
+            text = str(value)
+        out.append((spec_of(f).make, text))
+    return out
 
 
 #: What QUICK=1 changes, unless a value was given explicitly: a smoke run in seconds.
@@ -400,6 +449,12 @@ def check_counts(p: BenchParams) -> None:
             raise BenchInputError(f"CPU {p.cpu} is not available here (allowed: {allowed})")
     if p.gc not in ("disabled", "enabled"):
         raise BenchInputError(f"gc must be 'disabled' or 'enabled', got {p.gc!r}")
+    if p.block_mode not in loader.BLOCK_MODES:
+        raise BenchInputError(f"block_mode must be 'shared' or 'own', got {p.block_mode!r}")
+    if p.block_mode == "own" and p.block_source:
+        raise BenchInputError(
+            "block_mode 'own' links each variant's own KVCacheBlock: give no block_source"
+        )
     if not _whole(p.seed):
         raise BenchInputError(f"seed must be a whole number, got {p.seed!r}")
 
@@ -516,9 +571,21 @@ def check_sources(p: BenchParams) -> None:
     """
     for source in p.variants:
         try:
-            loader.load_variants([source], block_source=p.block_source or p.variants[0])
+            if p.block_mode == "own":
+                (variant,) = loader.load_variants([source], block_mode="own")
+            else:
+                block = p.block_source or p.variants[0]
+                (variant,) = loader.load_variants([source], block_source=block)
         except loader.SourceError as exc:
             raise BenchInputError(f"variant '{source}': {exc}") from None
+        # A case must be callable on every variant (its own method or its adapter's).
+        for case in dict.fromkeys([*p.cases, *p.confirm_cases]):
+            lacking = [m for m in cases.CASE_METHODS[case] if not variant.can(m)]
+            if lacking:
+                raise BenchInputError(
+                    f"variant '{source}' has no {', '.join(lacking)} (and no adapter for it): "
+                    f"case {case} cannot be timed on it"
+                )
 
 
 # ------------------------------------------------------------------ the report
@@ -724,3 +791,189 @@ def resolve_in_repo(path: str | Path) -> Path:
     """A notebook path parameter: absolute as given, relative to the repository root."""
     p = Path(path)
     return p if p.is_absolute() else hostinfo.PROJECT_DIR / p
+
+
+# ------------------------------------------------------------------ policy runs
+
+
+#: Window factors of a default policy run (``inf``: the unbounded search).
+DEFAULT_WINDOWS = ("1", "2", "4", "8", "inf")
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Everything that defines a policy run (``make policy``; recorded in ``run.json``).
+
+    The workload fields are those of :class:`kvqueue.churn.Workload` (same names).
+    """
+
+    host: str = _param("", "HOST", "label of this machine: a folder under data/raw (required)")
+    python: str = _param("python3", "PYTHON", "interpreter to measure (CPython 3.10 or newer)")
+    variant: str = _param("vllm==0.32.0", "VARIANT", "queue variant source the policies run on")
+    windows: tuple[str, ...] = _param(
+        DEFAULT_WINDOWS,
+        "WINDOWS",
+        "window factors of the contiguous policy (inf: unbounded)",
+        "words",
+    )
+    threshold: int = _param(
+        8, "THRESHOLD", "smallest allocation the contiguous policy searches for", "int"
+    )
+    processes: int = _param(
+        11, "PROCESSES", "worker processes (each its own request stream)", "int"
+    )
+    seed: int = _param(1, "SEED", "run seed (process seeds, request streams, shuffles)", "int")
+    cpu: str = _param("auto", "CPU", "CPU to pin the workers to, or 'auto' (the last one)")
+    gc: str = _param("disabled", "GC", "garbage collector while timing: disabled | enabled")
+    pool: int = _param(16_384, "POOL", "blocks in the pool", "int")
+    concurrency: int = _param(48, "CONCURRENCY", "concurrent requests (closed loop)", "int")
+    prefill_median: float = _param(48.0, "PREFILL", "median prefill allocation in blocks", "float")
+    prefill_sigma: float = _param(1.0, "PREFILL_SIGMA", "log-SD of the prefill length", "float")
+    prefill_max: int = _param(512, "PREFILL_MAX", "longest prefill in blocks", "int")
+    decode_median: float = _param(8.0, "DECODE", "median decode growth in blocks", "float")
+    decode_sigma: float = _param(0.8, "DECODE_SIGMA", "log-SD of the decode growth", "float")
+    decode_max: int = _param(128, "DECODE_MAX", "longest decode growth in blocks", "int")
+    decode_every: int = _param(
+        16, "DECODE_EVERY", "steps per decode block (tokens per block)", "int"
+    )
+    prefix_share: float = _param(
+        0.5, "PREFIX_SHARE", "share of requests with a cached prompt-family prefix", "float"
+    )
+    families: int = _param(32, "FAMILIES", "prompt families (Zipf weights)", "int")
+    warmup_steps: int = _param(2_000, "WARMUP_STEPS", "engine steps before measuring", "int")
+    steps: int = _param(3_000, "STEPS", "measured engine steps per policy and process", "int")
+
+    #: The fields that are the churn workload's.
+    WORKLOAD_FIELDS = (
+        "pool",
+        "concurrency",
+        "prefill_median",
+        "prefill_sigma",
+        "prefill_max",
+        "decode_median",
+        "decode_sigma",
+        "decode_max",
+        "decode_every",
+        "prefix_share",
+        "families",
+        "warmup_steps",
+        "steps",
+    )
+
+    @property
+    def policies(self) -> list[str]:
+        """Registry names in run order: ``lru``, then one per window."""
+        return ["lru", *(f"contig-{'inf' if w == 'inf' else 'w' + w}" for w in self.windows)]
+
+    def workload(self) -> dict[str, Any]:
+        """The workload fields as a dict (``kvqueue.churn.Workload(**...)``)."""
+        return {name: getattr(self, name) for name in self.WORKLOAD_FIELDS}
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready copy for ``run.json`` (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def policy_fields() -> list[Any]:
+    """The fields of :class:`PolicyParams`, in order."""
+    return list(fields(PolicyParams))
+
+
+def policy_from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:
+    """Build checked :class:`PolicyParams` from texts keyed by field name (``None``: the
+    default).
+
+    Raises
+    ------
+    BenchInputError
+        An unknown name, a text that does not parse, or a bad value.
+    """
+    specs = {f.name: spec_of(f) for f in policy_fields()}
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise BenchInputError(f"unknown parameter(s): {', '.join(unknown)}")
+    values = {k: parse_value(k, specs[k], v) for k, v in given.items() if v is not None}
+    try:
+        p = PolicyParams(**values)
+    except TypeError as exc:
+        raise BenchInputError(str(exc)) from None
+    check_policy_values(p)
+    return p
+
+
+def policy_environment_texts(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The text of every :class:`PolicyParams` field from ``KVQUEUE_<MAKE VARIABLE>``."""
+    out: dict[str, str | None] = {}
+    for f in policy_fields():
+        text = environ.get(ENV_PREFIX + spec_of(f).make, "")
+        out[f.name] = text if text.strip() else None
+    return out
+
+
+def check_policy_values(p: PolicyParams) -> None:
+    """Every check of a policy run that needs no process (one line, before anything is
+    written).
+
+    Raises
+    ------
+    BenchInputError
+        On the first bad value.
+    """
+    from kvqueue import churn  # stdlib; imported here to keep params' imports small
+
+    check_host(p.host)
+    if not p.python:
+        raise BenchInputError("PYTHON is empty: give the interpreter to measure")
+    if not p.variant or any(not ch.isprintable() for ch in p.variant):
+        raise BenchInputError(f"VARIANT {p.variant!r} is empty or holds a control character")
+    if not p.windows:
+        raise BenchInputError("WINDOWS is empty: give window factors, e.g. 1 2 4 8 inf")
+    for w in p.windows:
+        if w != "inf" and not (w.isdigit() and 1 <= int(w) <= 1000):
+            raise BenchInputError(f"WINDOWS takes whole numbers from 1 to 1000 or inf, got {w!r}")
+    _no_duplicates("windows", p.windows)
+    if not _whole(p.threshold) or not 1 <= p.threshold <= 10_000:
+        raise BenchInputError(
+            f"threshold must be a whole number from 1 to 10000, got {p.threshold!r}"
+        )
+    if not _whole(p.processes) or not 1 <= p.processes <= MAX_PROCESSES:
+        raise BenchInputError(
+            f"processes must be a whole number from 1 to {MAX_PROCESSES}, got {p.processes!r}"
+        )
+    if not _whole(p.seed):
+        raise BenchInputError(f"seed must be a whole number, got {p.seed!r}")
+    if p.gc not in ("disabled", "enabled"):
+        raise BenchInputError(f"gc must be 'disabled' or 'enabled', got {p.gc!r}")
+    if p.cpu != "auto":
+        if not str(p.cpu).isdigit():
+            raise BenchInputError(f"cpu must be 'auto' or a CPU number, got {p.cpu!r}")
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        if allowed is not None and int(p.cpu) not in allowed:
+            raise BenchInputError(f"CPU {p.cpu} is not available here (allowed: {allowed})")
+    for name in PolicyParams.WORKLOAD_FIELDS:
+        kind = spec_of(next(f for f in policy_fields() if f.name == name)).kind
+        if kind == "int" and not _whole(getattr(p, name)):
+            raise BenchInputError(f"{name} must be a whole number, got {getattr(p, name)!r}")
+    problem = churn.Workload(**p.workload()).problem()
+    if problem:
+        raise BenchInputError(f"workload: {problem}")
+    if p.pool > MAX_POOL:
+        raise BenchInputError(f"pool must be at most {MAX_POOL:,}, got {p.pool:,}")
+
+
+def check_policy(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:
+    """Every check of a policy run: values, the interpreter (probed once), the variant.
+
+    Returns
+    -------
+    tuple
+        The parameters with ``python`` resolved, and the interpreter's identity.
+    """
+    check_policy_values(p)
+    path, info = check_python(p.python)
+    p = replace(p, python=path)
+    try:
+        loader.load_variants([p.variant])
+    except loader.SourceError as exc:
+        raise BenchInputError(f"variant '{p.variant}': {exc}") from None
+    return p, info

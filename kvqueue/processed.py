@@ -31,7 +31,16 @@ from typing import Any
 
 import pandas as pd
 
-from kvqueue import analysis, params, rawdata, schema, stats
+from kvqueue import (
+    analysis,
+    comparisons,
+    history_report,
+    params,
+    policy_report,
+    rawdata,
+    schema,
+    stats,
+)
 from kvqueue.params import ReportSettings
 
 MANIFEST = "manifest.json"
@@ -40,7 +49,16 @@ _MANIFEST_FORMAT = 3
 #: invalidates the manifest. Module objects, not file names, so that a module that is
 #: renamed or split must be listed again here (``tests/test_processed.py`` checks that
 #: every ``kvqueue`` module imported by :mod:`kvqueue.analysis` is listed).
-CODE_MODULES: tuple[ModuleType, ...] = (analysis, params, rawdata, schema, stats)
+CODE_MODULES: tuple[ModuleType, ...] = (
+    analysis,
+    comparisons,
+    history_report,
+    params,
+    policy_report,
+    rawdata,
+    schema,
+    stats,
+)
 TABLES = schema.PROCESSED_TABLES
 _THIS_MODULE = sys.modules[__name__]
 
@@ -57,6 +75,9 @@ class Processed:
     summary: pd.DataFrame
     order_effects: pd.DataFrame
     floor_gap: pd.DataFrame
+    policy: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.policy_report
+    history: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.history_report
+    history_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:
@@ -88,7 +109,12 @@ def fingerprint(raw_dir: Path | str) -> dict[str, str]:
     root = Path(raw_dir)
     out = {}
     for run_dir in rawdata.run_dirs(root):
-        for name in (rawdata.RUN_JSON, rawdata.SAMPLES_CSV, rawdata.BENCH_NOTEBOOK):
+        for name in (
+            rawdata.RUN_JSON,
+            rawdata.SAMPLES_CSV,
+            rawdata.BENCH_NOTEBOOK,
+            policy_report.POLICY_CSV,
+        ):
             path = run_dir / name
             if path.is_file():
                 out[path.relative_to(root).as_posix()] = hashlib.sha256(
@@ -234,6 +260,9 @@ def build(
     raw = rawdata.read_raw(raw_dir)
     git = git_states(raw_dir)
     tables = analysis.analyze(raw, settings, git)
+    tables["policy"] = policy_report.analyze(raw_dir, settings)
+    # History runs pass the same integrity rules as bench runs (git state included).
+    tables.update(history_report.analyze(analysis.with_git_state(raw, git), settings.confidence))
     data = Processed(settings, manifest=_manifest(raw_dir, settings, git), **tables)
     write(data, processed_dir)
     return data

@@ -8,6 +8,7 @@ nothing is typed in by hand. :mod:`kvqueue.sections` places these texts in the r
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -172,33 +173,25 @@ def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str],
     return sources, aa
 
 
+#: Make assignments per line of a reproduce command (keeps lines under ~90 characters).
+_ARGS_PER_LINE = 5
+
+
 def _bench_args(data: processed.Processed, r: pd.Series) -> list[list[str]]:
-    """The ``make bench`` arguments of one run, grouped one line each: host and
-    interpreter, variants, design numbers, case selection."""
-    sources, aa = _variants_arg(data, r)
+    """The ``make bench`` arguments of one run, grouped a few to a line: host and
+    interpreter, variants, then every other parameter as the run recorded it
+    (:func:`kvqueue.params.make_assignments`), so the command still repeats the run
+    after a default changes."""
+    sources, _ = _variants_arg(data, r)
     args = [
         [
             f"HOST={shlex.quote(str(r['host']))}",
             f"PYTHON={shlex.quote(str(r['python_executable']))}",
         ],
         [f"VARIANTS={shlex.quote(' '.join(sources))}"],
-        [
-            f"PROCESSES={_num(r['processes']).replace(',', '')}",
-            f"CONFIRM_PROCESSES={_num(r['confirm_processes']).replace(',', '')}",
-            f"SAMPLES={_num(r['samples']).replace(',', '')}",
-            f"SAMPLE_MS={_num(r['sample_ms']).replace(',', '')}",
-            f"SEED={r['run_seed']}",
-        ],
-        [
-            f"CASES={shlex.quote(str(r['cases']))}",
-            f"POOLS={shlex.quote(str(r['pools']))}",
-            f"CPU={shlex.quote(str(r['cpu']))}",
-        ],
     ]
-    if aa:
-        args[-1].append("AA=1")
-    if not _na(r["quick"]) and bool(r["quick"]):
-        args[-1].append("QUICK=1")
+    assigned = [f"{var}={shlex.quote(text)}" for var, text in json.loads(str(r["make_args"]))]
+    args.extend(assigned[i : i + _ARGS_PER_LINE] for i in range(0, len(assigned), _ARGS_PER_LINE))
     return args
 
 

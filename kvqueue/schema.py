@@ -245,6 +245,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "sizing_wanted": _I,  # main processes the target asked for after the pilot
         "sizing_capped_by": _S,  # max_processes | max_minutes | no precision target
         "epochs": _I,  # layout epochs per process (1 before EPOCHS existed)
+        "make_args": _S,  # JSON [[VAR, text], ...]: params.make_assignments of the run
         "started_at": _S,
         "ended_at": _S,
         "python_implementation": _S,
@@ -363,5 +364,62 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "gap_closed": _F,
         "ci_low": _F,
         "ci_high": _F,
+    },
+    # Policy runs (kind "policy"; kvqueue.policy_report): one row per run, policy, metric.
+    "policy": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "variant": _S,
+        "headline": _B,  # newest complete policy run per host x interpreter x variant
+        "policy": _S,
+        "window": _S,  # window factor; "inf" unbounded; "" for lru
+        "threshold": _I,
+        "n_processes": _I,
+        "metric": _S,  # a key of kvqueue.policy_report.METRICS
+        "estimate": _F,
+        "ci_low": _F,
+        "ci_high": _F,
+        "ci_method": _S,
+    },
+    # History runs (kind "history"; kvqueue.history_report): one row per run, cell and
+    # version, oldest version first (order 0).
+    "history": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "headline": _B,  # newest included history run per host x interpreter
+        "case": _S,
+        "pool": _I,
+        "version": _S,  # variant label: vllm==<newest release of the version>
+        "order": _I,
+        "releases": _S,  # "first–last" release that shipped this version
+        "first_release": _S,
+        "last_release": _S,
+        "adapter": _S,  # "" or loader.ADAPTER_POPLEFT_LOOP
+        "n_processes": _I,
+        "ns": _F,  # median over processes of the per-process median ns per cycle
+        "ns_low": _F,
+        "ns_high": _F,
+        "ratio_to_newest": _F,  # median per-process ratio to the run's newest version
+        "ratio_low": _F,
+        "ratio_high": _F,
+    },
+    # One row per run, cell and step between consecutive versions.
+    "history_steps": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "headline": _B,
+        "case": _S,
+        "pool": _I,
+        "from_version": _S,
+        "to_version": _S,
+        "release_range": _S,  # "last release of the older -> first of the newer"
+        "n_processes": _I,
+        "change": _F,  # median per-process ratio newer/older, minus 1 (+ = slower)
+        "ci_low": _F,
+        "ci_high": _F,
+        "significant": _B,  # the interval excludes 0
     },
 }

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvqueue import figures, processed, prose, stats, tables
+from kvqueue import figures, history_report, policy_report, processed, prose, stats, tables
 from kvqueue.tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
@@ -324,6 +324,32 @@ def build(data: processed.Processed) -> list[Section]:
             fold=True,
             detail=True,
             writeup=False,
+        )
+    )
+    policy_table = policy_report.display_table(data)
+    out.append(
+        Section(
+            "policy",
+            "Allocation policies",
+            note=policy_report.note(data),
+            table=policy_table if not policy_table.empty else None,
+            table_label=f"Policy × window per host × interpreter ({len(policy_table)} rows)",
+            figure="policy",  # drawn even without a policy run: it then says so
+            fold=True,
+            detail=True,
+        )
+    )
+    history_table = history_report.step_table(data)
+    out.append(
+        Section(
+            "history",
+            "Release history",
+            note=history_report.note(data),
+            table=history_table if not history_table.empty else None,
+            table_label=f"Release range → change in time [95% CI] ({len(history_table)} rows)",
+            figure="history" if not data.history.empty else None,
+            fold=len(history_table) > 16,
+            detail=True,
         )
     )
     out += [

@@ -1,10 +1,12 @@
 """How many main processes a run needs for its precision target: a two-stage design.
 
 Stage 1 (the *pilot*) runs ``processes`` main processes. From their samples this module
-estimates, for every headline cell (``HEADLINE_CASES`` x pools) and every pair of
-non-bound variants, the standard deviation ``s`` of the per-process log ratio, and asks
-for ``n = ceil((t(0.975, n-1) * 1.2 s / h)^2)`` processes (1.2: the median's interval is
-wider than a t interval), ``h`` being the target half-width
+estimates, for every headline cell (``HEADLINE_CASES`` x pools) and every comparison the
+report will make (:func:`kvqueue.comparisons.comparisons_for_run`: the configured pairs
+and the A/A copies), a robust spread ``s`` of the per-process log ratio (1.4826 x its
+median absolute deviation), and asks for ``n = ceil((t(0.975, n-1) * 1.2 s / h)^2)``
+processes (1.2: the median's interval is wider than a t interval), ``h`` being the
+target half-width
 (``PRECISION``, in percentage points of the time ratio). Stage 2 runs the missing
 processes, up to ``MAX_PROCESSES`` and the time left of ``MAX_MINUTES``. The final
 interval uses every process.
@@ -25,13 +27,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvqueue import schema
+from kvqueue import comparisons, schema
 
 #: The cells whose precision sets a run's size (the report's headline cycles).
 HEADLINE_CASES = ("alloc1", "alloc2", "mix")
 RULE = (
     "two-stage: pilot of `processes` main processes; per headline cell (alloc1, alloc2, "
-    "mix x pools) and pair of non-bound variants, s = SD of the per-process log ratio; "
+    "mix x pools) and compared pair (the report's pairs and A/A copies), s = 1.4826 x MAD "
+    "of the per-process log ratio; "
     "n = ceil((t(0.975, n-1) * 1.2 s / h)^2) for the target half-width h (1.2: the median's "
     "interval is wider than the mean's); stage 2 runs "
     "n - pilot more, capped by max_processes and max_minutes"
@@ -41,6 +44,19 @@ _Z = 1.959963984540054  # 97.5 % quantile of the standard normal
 #: interval of the mean on the same processes (kvqueue.coverage, n = 11: 1.17 / 1.02).
 MEDIAN_WIDTH = 1.2
 _T975_SMALL = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105}
+#: MAD -> SD of a normal law.
+_MAD_TO_SD = 1.482602218505602
+
+
+def robust_sd(values: Sequence[float]) -> float:
+    """``1.4826 x`` the median absolute deviation: the SD for normal data, unmoved by a tail.
+
+    Why not the SD: the median's interval depends on the spread near the median. On the
+    EPYC VM (2026-12-01) a few far-out processes made the pilots' SD 2-4x their robust
+    spread, and SD-based sizing asked for 4,975-7,860 processes where about 200 would do.
+    """
+    mid = statistics.median(values)
+    return _MAD_TO_SD * statistics.median(abs(v - mid) for v in values)
 
 
 def t975(df: int) -> float:
@@ -84,6 +100,7 @@ class Sizing:
     max_minutes: float
     required: dict[str, int] = field(default_factory=dict)
     sd_pp: dict[str, float] = field(default_factory=dict)
+    robust_sd_pp: dict[str, float] = field(default_factory=dict)
     wanted: int = 0
     planned: int = 0
     capped_by: str | None = None
@@ -94,13 +111,17 @@ class Sizing:
 
 
 def per_process_log_ratios(
-    rows: Iterable[Sequence[Any]], labels: Sequence[str], bounds: Iterable[str]
+    rows: Iterable[Sequence[Any]],
+    labels: Sequence[str],
+    bounds: Iterable[str],
+    pairs: Sequence[tuple[str, str]] = (),
 ) -> dict[str, list[float]]:
     """``{"case/pool a vs b": [log ratio per process]}`` from pilot sample rows.
 
     ``rows`` are ``samples.csv`` rows (columns :data:`kvqueue.schema.SAMPLE_COLUMNS`); per
-    process and variant the median ns/cycle is taken, then
-    the log of candidate over baseline for every pair of non-bound variants.
+    process and variant the median ns/cycle is taken, then the log of candidate over
+    baseline for every comparison the report makes of a run with these ``labels``
+    (baseline first), ``bounds`` and configured ``pairs``.
     """
     col = {name: i for i, name in enumerate(schema.SAMPLE_COLUMNS)}
     per: dict[tuple[str, int, int, str], list[float]] = {}
@@ -110,21 +131,22 @@ def per_process_log_ratios(
         key = (row[col["case"]], int(row[col["pool"]]), int(row[col["process"]]))
         per.setdefault((*key, row[col["variant"]]), []).append(float(row[col["ns_per_cycle"]]))
     medians = {k: statistics.median(v) for k, v in per.items()}
-    skip = set(bounds)
-    usable = [lab for lab in labels if lab not in skip]
+    compared = [
+        (cand, base)
+        for cand, base, _ in comparisons.comparisons_for_run(labels, labels[0], bounds, pairs)
+    ]
     cells = sorted({(c, p) for c, p, _, _ in medians})
     processes = sorted({pr for _, _, pr, _ in medians})
     out: dict[str, list[float]] = {}
     for case, pool in cells:
-        for i, base in enumerate(usable):
-            for cand in usable[i + 1 :]:
-                values = []
-                for pr in processes:
-                    b, c = medians.get((case, pool, pr, base)), medians.get((case, pool, pr, cand))
-                    if b and c:
-                        values.append(math.log(c / b))
-                if len(values) >= 2:
-                    out[f"{case}/{pool} {cand} vs {base}"] = values
+        for cand, base in compared:
+            values = []
+            for pr in processes:
+                b, c = medians.get((case, pool, pr, base)), medians.get((case, pool, pr, cand))
+                if b and c:
+                    values.append(math.log(c / b))
+            if len(values) >= 2:
+                out[f"{case}/{pool} {cand} vs {base}"] = values
     return out
 
 
@@ -140,6 +162,7 @@ def size_run(
     seconds_per_process: float,
     seconds_spent: float,
     seconds_after: float,
+    pairs: Sequence[tuple[str, str]] = (),
 ) -> Sizing:
     """Decide the number of main processes after the pilot.
 
@@ -148,7 +171,7 @@ def size_run(
     pilot_rows
         The pilot's ``samples.csv`` rows.
     labels, bounds
-        The run's variant labels and those of lower bounds (never sized for).
+        The run's variant labels (baseline first) and those of lower bounds.
     pilot
         Main processes run so far.
     precision_pp
@@ -160,6 +183,9 @@ def size_run(
     seconds_spent, seconds_after
         Time used so far (gate included), and the time still needed after the main phase
         (the confirmation processes).
+    pairs
+        The report's configured pairs (:data:`kvqueue.params.DEFAULT_PAIRS`): with the A/A
+        copies, the comparisons sized for (:mod:`kvqueue.comparisons`).
     """
     sizing = Sizing(RULE, precision_pp, pilot, max_processes, max_minutes)
     if precision_pp <= 0:
@@ -167,13 +193,15 @@ def size_run(
         sizing.capped_by = "no precision target"
         return sizing
     half = math.log1p(precision_pp / 100)
-    for key, values in sorted(per_process_log_ratios(pilot_rows, labels, bounds).items()):
-        sd = statistics.stdev(values)
-        sizing.sd_pp[key] = round(100 * sd, 3)
+    ratios = per_process_log_ratios(pilot_rows, labels, bounds, pairs)
+    for key, values in sorted(ratios.items()):
+        sizing.sd_pp[key] = round(100 * statistics.stdev(values), 3)
+        spread = robust_sd(values)
+        sizing.robust_sd_pp[key] = round(100 * spread, 3)
         # The report's interval is the median's order-statistic interval, about 1.15x as
         # wide as a t interval on the same processes (simulated, n = 11, Gaussian
         # effects; 1.25x asymptotically): size for the wider one.
-        sizing.required[key] = required_n(MEDIAN_WIDTH * sd, half, floor=pilot)
+        sizing.required[key] = required_n(MEDIAN_WIDTH * spread, half, floor=pilot)
     sizing.wanted = max([pilot, *sizing.required.values()])
     by_time = pilot
     if seconds_per_process > 0:

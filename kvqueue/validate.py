@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvqueue import cases, schema
-from kvqueue.loader import Variant
+from kvqueue.loader import QUEUE_METHODS, STRUCTURE_HEAD_TAIL, Variant
 
 DEFAULT_OPS = 60_000
 DEFAULT_SEED = 20261129
@@ -115,6 +115,17 @@ class GateResult:
     size_ops_checked: int = 0
     #: Seconds spent in part 2 (included in ``seconds``).
     size_seconds: float = 0.0
+    #: The variant's adapter (``loader.ADAPTER_POPLEFT_LOOP``) or None.
+    adapter: str | None = None
+    #: Invalid-operation scenarios not compared (no variant shares them).
+    invalid_skipped: int = 0
+    #: Labels of the variants the compared scenarios were compared with (empty when
+    #: that was the baseline alone).
+    invalid_references: tuple[str, ...] = ()
+    #: What the gate skipped or ran through an adapter, one sentence each.
+    skipped: tuple[str, ...] = ()
+    #: With ``invalid="record"``: the first line of each differing scenario.
+    invalid_differs: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One human-readable line, as printed by ``python -m kvqueue validate``."""
@@ -123,19 +134,44 @@ class GateResult:
             "baseline": f"{self.invalid_compared} invalid ops (reference)",
             "bound": "invalid ops skipped (bound)",
         }.get(self.role, f"{self.invalid_compared} invalid ops compared")
+
         sized = f"+{self.size_ops_checked:,} at sizes {'/'.join(map(str, self.sizes)) or '-'}"
         return (
             f"{status}  {self.label:<16} {self.ops_checked:>7,} ops checked  {sized:<34} "
             f"{invalid:<32} sha256 {self.sha256}  {self.seconds:5.1f} s"
         )
 
+    def notes(self) -> list[str]:
+        """What was skipped or adapted (printed under :meth:`line`), one line each."""
+        notes = [f"note: {n}" for n in self.skipped]
+        if self.role == "candidate" and self.invalid_references:
+            notes.append(f"note: invalid ops compared with {', '.join(self.invalid_references)}")
+        notes += [f"differs (recorded, not refused): {d}" for d in self.invalid_differs]
+        return notes
+
 
 # --------------------------------------------------------------------------- naming
 
 
-def _namer(q: Any) -> Callable[[Any], Any]:
+def ends(variant: Variant, q: Any) -> tuple[Any, Any]:
+    """The queue's two end markers: its sentinel blocks, or ``(None, None)`` for the
+    head-tail structure (whose first block's ``prev`` and last block's ``next`` are None)."""
+    if variant.structure == STRUCTURE_HEAD_TAIL:
+        return None, None
+    return q.fake_free_list_head, q.fake_free_list_tail
+
+
+def first_last(variant: Variant, q: Any) -> tuple[Any, Any]:
+    """The first and last free block (the end markers themselves when empty)."""
+    if variant.structure == STRUCTURE_HEAD_TAIL:
+        return q.free_list_head, q.free_list_tail
+    return q.fake_free_list_head.next_free_block, q.fake_free_list_tail.prev_free_block
+
+
+def _namer(q: Any, head: Any = "sentinels", tail: Any = None) -> Callable[[Any], Any]:
     """Return a function naming a block: its id, 'HEAD'/'TAIL' for sentinels, None."""
-    head, tail = q.fake_free_list_head, q.fake_free_list_tail
+    if head == "sentinels":
+        head, tail = q.fake_free_list_head, q.fake_free_list_tail
 
     def name(block: Any) -> Any:
         if block is None:
@@ -175,14 +211,25 @@ class _ModelRun:
         )
 
     def new_episode(self) -> None:
-        rng, block_cls = self.rng, self.v.block_cls
+        rng, block_cls, v = self.rng, self.v.block_cls, self.v
         size = rng.choice([0, 1, 2, 3, rng.randint(4, _MAX_QUEUE)])
-        self.blocks = [block_cls(block_id=i) for i in range(size + rng.randint(0, _MAX_SPARE))]
+        total = size + rng.randint(0, _MAX_SPARE)
+        head_tail = v.structure == STRUCTURE_HEAD_TAIL
+        if head_tail and size == 0:
+            total = max(total, 1)  # the empty queue is made from a one-block queue
+        self.blocks = [block_cls(block_id=i) for i in range(total)]
         self.model = rng.sample(self.blocks, size)
         self.model_before = _ids(self.model)
         self.op_desc = f"__init__({len(self.model)} blocks)"
-        self.q = self.v.queue_cls(list(self.model))
-        self.head, self.tail = self.q.fake_free_list_head, self.q.fake_free_list_tail
+        if head_tail and size == 0:
+            # Before 0.10.0 __init__ reads blocks[0]: vLLM never built an empty queue,
+            # it emptied one. The empty state is reached the same way here.
+            self.op_desc = "__init__(1 block), popleft()"
+            self.q = v.queue_cls([self.blocks[0]])
+            self.q.popleft()
+        else:
+            self.q = v.queue_cls(list(self.model))
+        self.head, self.tail = ends(v, self.q)
         self.check()
 
     def detached(self) -> list[Any]:
@@ -192,21 +239,22 @@ class _ModelRun:
     def check(self) -> None:
         """Compare the whole structure with the model."""
         q, model = self.q, self.model
-        if q.fake_free_list_head is not self.head or q.fake_free_list_tail is not self.tail:
-            self.fail("a sentinel object was replaced", "same sentinels", "new objects")
-        if self.head.prev_free_block is not None:
-            self.fail("head sentinel has a prev link", None, self.head.prev_free_block)
-        if self.tail.next_free_block is not None:
-            self.fail("tail sentinel has a next link", None, self.tail.next_free_block)
-        name = _namer(q)
-        node = self.head.next_free_block
+        if self.head is not None:  # sentinels
+            if q.fake_free_list_head is not self.head or q.fake_free_list_tail is not self.tail:
+                self.fail("a sentinel object was replaced", "same sentinels", "new objects")
+            if self.head.prev_free_block is not None:
+                self.fail("head sentinel has a prev link", None, self.head.prev_free_block)
+            if self.tail.next_free_block is not None:
+                self.fail("tail sentinel has a next link", None, self.tail.next_free_block)
+        name = _namer(q, self.head, self.tail)
+        node, last = first_last(self.v, q)
         for pos, want in enumerate(model):
             if node is not want:
                 self.fail(f"forward links: block at position {pos}", name(want), name(node))
             node = node.next_free_block
         if node is not self.tail:
             self.fail("forward links: after the last block", "TAIL", name(node))
-        node = self.tail.prev_free_block
+        node = last
         for pos in range(len(model) - 1, -1, -1):
             if node is not model[pos]:
                 self.fail(f"backward links: block at position {pos}", name(model[pos]), name(node))
@@ -228,11 +276,12 @@ class _ModelRun:
         rng, q, model = self.rng, self.q, self.model
         self.model_before = _ids(model)
         spare = self.detached()
-        choices = ["get_all", "iter"]
+        choices = ["get_all", "iter"] if self.v.can("iter_blocks_after") else ["get_all"]
         if model:
             choices += ["popleft", "popleft_n", "popleft_n", "remove", "remove"]
         if spare:
-            choices += ["append", "append_n", "append_n", "prepend_n"]
+            choices += ["append", "append_n", "append_n"]
+            choices += ["prepend_n"] if self.v.can("prepend_n") else []
         op = rng.choice(choices)
         self.op_desc = op
         if op == "popleft":
@@ -240,7 +289,7 @@ class _ModelRun:
             got = q.popleft()
             want = model.pop(0)
             if got is not want:
-                self.fail("popleft() returned", want.block_id, _namer(q)(got))
+                self.fail("popleft() returned", want.block_id, _namer(q, self.head, self.tail)(got))
         elif op == "popleft_n":
             # Mostly small batches (the hot path), sometimes everything, sometimes 0.
             k = rng.choice([0, 1, 1, 2, 2, 3, rng.randint(0, len(model)), len(model)])
@@ -287,7 +336,7 @@ class _ModelRun:
         else:
             pos = rng.randint(-1, len(model) - 1)
             cursor = None if pos < 0 else model[pos]
-            self.op_desc = f"iter_blocks_after({_namer(q)(cursor)})"
+            self.op_desc = f"iter_blocks_after({_namer(q, self.head, self.tail)(cursor)})"
             want = model[pos + 1 :]
             # Bounded: a variant whose iteration never ends must fail, not hang the gate.
             got = list(itertools.islice(q.iter_blocks_after(cursor), len(want) + 2))
@@ -378,9 +427,12 @@ class _SizedRun:
         size, nil = self.size, self.nil
         blocks = [self.v.block_cls(block_id=i) for i in range(size)]
         self.q = self.v.queue_cls(list(blocks))
-        self.head, self.tail = self.q.fake_free_list_head, self.q.fake_free_list_tail
+        # Head-tail queues (before vLLM 0.10.0) have no sentinel objects: the model's
+        # head and tail indices then stand for None, the first block's prev and the
+        # last block's next.
+        self.head, self.tail = ends(self.v, self.q)
         self.objs: list[Any] = [*blocks, self.head, self.tail, None]
-        self.name = _namer(self.q)
+        self.name = _namer(self.q, self.head, self.tail)
         self.prv = [nil] * (size + 3)
         self.nxt = [nil] * (size + 3)
         chain = [self.head_i, *range(size), self.tail_i]
@@ -438,9 +490,11 @@ class _SizedRun:
         self.dirty = []
         held = len(self.held)
         if rng.random() < 0.1:
-            op = "iter"
+            op = "iter" if self.v.can("iter_blocks_after") else "skip"
         elif held and (not self.count or held >= min(_MAX_HELD, self.size) or rng.random() < 0.5):
             op = rng.choice(("append", "append_n", "append_n", "append_n", "prepend_n"))
+            if op == "prepend_n" and not self.v.can("prepend_n"):
+                op = "append_n"
         else:
             op = rng.choice(("popleft", "popleft_n", "popleft_n", "popleft_n", "remove"))
         if op == "popleft":
@@ -488,7 +542,7 @@ class _SizedRun:
             at = self.tail_i if op == "append_n" else nxt[self.head_i]
             for i in batch:
                 self._link_before(i, at)
-        else:
+        elif op == "iter":
             self._iter()
         self.check_touched()
         self.passed += 1
@@ -523,9 +577,19 @@ class _SizedRun:
     def check_touched(self) -> None:
         """O(batch): sentinels, count, and the links of every block the op touched."""
         q, objs, prv, nxt, name = self.q, self.objs, self.prv, self.nxt, self.name
-        if q.fake_free_list_head is not self.head or q.fake_free_list_tail is not self.tail:
+        if self.head is None:  # head-tail structure: the ends are two attributes
+            first, last = q.free_list_head, q.free_list_tail
+            if first is not objs[nxt[self.head_i]] or last is not objs[prv[self.tail_i]]:
+                self.fail(
+                    "free_list_head, free_list_tail",
+                    (name(objs[nxt[self.head_i]]), name(objs[prv[self.tail_i]])),
+                    (name(first), name(last)),
+                )
+        elif q.fake_free_list_head is not self.head or q.fake_free_list_tail is not self.tail:
             self.fail("a sentinel object was replaced", "same sentinels", "new objects")
         for i in dict.fromkeys(self.dirty):
+            if i >= self.size and self.head is None:
+                continue  # no sentinel object: its links were checked as the two ends
             block = objs[i]
             if block.prev_free_block is objs[prv[i]] and block.next_free_block is objs[nxt[i]]:
                 continue
@@ -544,12 +608,13 @@ class _SizedRun:
         tail_i = self.tail_i
         self.where = f"whole-structure check after operation #{self.op_index}"
         self.count_before, self.state = self.count, "model at the check"
-        if self.head.prev_free_block is not None:
+        if self.head is not None and self.head.prev_free_block is not None:
             self.fail("head sentinel has a prev link", None, name(self.head.prev_free_block))
-        if self.tail.next_free_block is not None:
+        if self.tail is not None and self.tail.next_free_block is not None:
             self.fail("tail sentinel has a next link", None, name(self.tail.next_free_block))
         order = []
-        node, j, pos = self.head.next_free_block, nxt[self.head_i], 0
+        first, last = first_last(self.v, q)
+        node, j, pos = first, nxt[self.head_i], 0
         while j != tail_i:
             want = objs[j]
             if node is not want:
@@ -558,7 +623,7 @@ class _SizedRun:
             node, j, pos = node.next_free_block, nxt[j], pos + 1
         if node is not self.tail:
             self.fail("forward links: after the last block", "TAIL", name(node))
-        node, j, pos = self.tail.prev_free_block, prv[tail_i], self.count - 1
+        node, j, pos = last, prv[tail_i], self.count - 1
         while j != self.head_i:
             if node is not objs[j]:
                 self.fail(f"backward links: block at position {pos:,}", j, name(node))
@@ -584,6 +649,8 @@ class _SizedRun:
                 self.fail(f"get_all_free_blocks()[{pos:,}]", name(b), name(a))
         if len(got) != len(order):
             self.fail("get_all_free_blocks() returned", f"{len(order):,} blocks", len(got))
+        if not self.v.can("iter_blocks_after"):
+            return
         # Operations compare at most MAX_BATCH blocks of iter_blocks_after; the whole
         # iteration is compared here (bounded, so a cycle fails instead of hanging).
         self.where = f"iter_blocks_after(None) after operation #{self.op_index}"
@@ -889,18 +956,63 @@ INVALID_SCENARIOS: list[_Scenario] = [
 ]
 
 
+QUEUE_METHOD_NAMES = frozenset(QUEUE_METHODS)
+_SENTINEL_ATTRS = frozenset({"fake_free_list_head", "fake_free_list_tail"})
+
+
+#: A scenario that starts from ``__init__([])``: a head-tail queue cannot be built empty,
+#: so it would only compare two identical setup errors.
+EMPTY_INIT = "empty-init"
+
+
+def scenario_needs(scenario: _Scenario) -> frozenset[str]:
+    """What a scenario uses: the queue methods it calls (read from the names its two
+    functions' code refers to), ``sentinels`` if it touches one, and :data:`EMPTY_INIT`
+    if its queue starts empty."""
+    names: set[str] = set()
+    for fn in scenario[2:]:
+        if fn is not None:
+            names |= set(fn.__code__.co_names)
+    needs = {n for n in names if n in QUEUE_METHOD_NAMES}
+    if names & _SENTINEL_ATTRS:
+        needs.add("sentinels")
+    if scenario[1] == 0:
+        needs.add(EMPTY_INIT)
+    return frozenset(needs)
+
+
+def _runs_natively(variant: Variant, needs: frozenset[str]) -> bool:
+    """Whether ``variant`` has every method of ``needs`` itself (not adapted) and, if
+    ``needs`` holds ``sentinels``, sentinel blocks."""
+    if variant.structure == STRUCTURE_HEAD_TAIL and needs & {"sentinels", EMPTY_INIT}:
+        return False
+    return all(variant.has(m) for m in needs if m not in ("sentinels", EMPTY_INIT))
+
+
+def _shares(reference: Variant, candidate: Variant, needs: frozenset[str]) -> bool:
+    """Whether the two can be compared on a scenario: same structure, both native."""
+    return (
+        reference.structure == candidate.structure
+        and _runs_natively(reference, needs)
+        and _runs_natively(candidate, needs)
+    )
+
+
 def observe(variant: Variant, scenario: _Scenario) -> dict[str, Any]:
     """Run one invalid-operation scenario; return what happened and the state after.
 
     The state is every link of every block (sentinels included) and the count, so a
     variant that raises the right error but leaves different partial damage differs.
+    A head-tail queue has no sentinels: its ``free_list_head`` / ``free_list_tail``
+    take their place in the state.
     """
     _, size, corrupt, call = scenario
     try:
         q, blocks = _scenario_queue(variant, size)
         if corrupt is not None:
             corrupt(q, blocks)
-        name = _namer(q)
+        head, tail = ends(variant, q)
+        name = _namer(q, head, tail)
     except Exception as exc:
         return {"outcome": ("__init__ or setup raised", type(exc).__name__, str(exc))}
     try:
@@ -911,12 +1023,84 @@ def observe(variant: Variant, scenario: _Scenario) -> dict[str, Any]:
     try:
         links = {
             name(b): (name(b.prev_free_block), name(b.next_free_block))
-            for b in [q.fake_free_list_head, q.fake_free_list_tail, *blocks]
+            for b in [x for x in (head, tail) if x is not None] + blocks
         }
+        if head is None:
+            links["free_list_head, free_list_tail"] = (
+                name(q.free_list_head),
+                name(q.free_list_tail),
+            )
         count = q.num_free_blocks
     except Exception as exc:
         links, count = {"unreadable": f"{type(exc).__name__}: {exc}"}, None
     return {"outcome": outcome, "num_free_blocks": count, "links": links}
+
+
+@dataclass(frozen=True)
+class InvalidComparison:
+    """What part 3 did for one candidate.
+
+    Attributes
+    ----------
+    compared
+        Scenarios compared.
+    references
+        Label of the variant each compared scenario was compared with, deduplicated.
+    skipped
+        ``needs -> count`` of the scenarios skipped, e.g. ``{"prepend_n": 2}``:
+        the candidate or every possible reference lacks that (or has it only
+        through an adapter).
+    """
+
+    compared: int
+    references: tuple[str, ...]
+    skipped: dict[str, int]
+    differs: tuple[str, ...] = ()
+
+
+def compare_invalid_shared(
+    candidate: Variant, references: Sequence[Variant], record: bool = False
+) -> InvalidComparison:
+    """Compare every scenario ``candidate`` shares with a reference (docs/design.md §3).
+
+    Each scenario is compared with the first of ``references`` (the baseline first)
+    that shares it with ``candidate``: the same link structure, and every method the
+    scenario calls present in both classes themselves (an adapter's loop is not the
+    release's operation). A scenario no reference shares is skipped and counted.
+    With ``record`` (a release history: releases differ in their contract on invalid
+    use, by design) a difference is recorded in ``differs`` instead of raised.
+
+    Raises
+    ------
+    ValidationError
+        At the first compared scenario whose exception, return value or after-state
+        differs.
+    """
+    compared, used, skipped, differs = 0, [], {}, []
+    for index, scenario in enumerate(INVALID_SCENARIOS, start=1):
+        needs = scenario_needs(scenario)
+        reference = next((r for r in references if _shares(r, candidate, needs)), None)
+        if reference is None:
+            lacking = [
+                n
+                for n in sorted(needs)
+                if not _runs_natively(candidate, frozenset({n}))
+                or not any(_runs_natively(r, frozenset({n})) for r in references)
+            ] or ["structure"]
+            key = "/".join(lacking)
+            skipped[key] = skipped.get(key, 0) + 1
+            continue
+        versus = "the baseline" if reference is references[0] else reference.label
+        try:
+            _compare_one(index, scenario, reference, candidate, versus)
+        except ValidationError as exc:
+            if not record:
+                raise
+            differs.append(str(exc).splitlines()[0])
+        compared += 1
+        if reference.label not in used:
+            used.append(reference.label)
+    return InvalidComparison(compared, tuple(used), skipped, tuple(differs))
 
 
 def compare_invalid(baseline: Variant, candidate: Variant) -> int:
@@ -933,24 +1117,36 @@ def compare_invalid(baseline: Variant, candidate: Variant) -> int:
         At the first scenario whose exception, return value or after-state differs.
     """
     for index, scenario in enumerate(INVALID_SCENARIOS, start=1):
-        want, got = observe(baseline, scenario), observe(candidate, scenario)
-        for key in ("outcome", "num_free_blocks", "links"):
-            if want.get(key) != got.get(key):
-                detail = key
-                if key == "links":
-                    keys = list(dict.fromkeys([*want[key], *got[key]]))
-                    diff = [k for k in keys if want[key].get(k) != got[key].get(k)]
-                    detail = f"links of block(s) {diff} (prev, next)"
-                    want_v = {k: want[key].get(k) for k in diff}
-                    got_v = {k: got[key].get(k) for k in diff}
-                else:
-                    want_v, got_v = want.get(key), got.get(key)
-                raise ValidationError(
-                    0,
-                    f"invalid operation {index} '{scenario[0]}': {detail} differs from the "
-                    f"baseline\n    expected: {want_v!r}\n    got:      {got_v!r}",
-                )
+        _compare_one(index, scenario, baseline, candidate)
     return len(INVALID_SCENARIOS)
+
+
+def _compare_one(
+    index: int,
+    scenario: _Scenario,
+    reference: Variant,
+    candidate: Variant,
+    versus: str = "the baseline",
+) -> None:
+    """Raise :class:`ValidationError` unless both give the same outcome and state."""
+    want, got = observe(reference, scenario), observe(candidate, scenario)
+    for key in ("outcome", "num_free_blocks", "links"):
+        if want.get(key) == got.get(key):
+            continue
+        detail = key
+        if key == "links":
+            keys = list(dict.fromkeys([*want[key], *got[key]]))
+            diff = [k for k in keys if want[key].get(k) != got[key].get(k)]
+            detail = f"links of block(s) {diff} (prev, next)"
+            want_v = {k: want[key].get(k) for k in diff}
+            got_v = {k: got[key].get(k) for k in diff}
+        else:
+            want_v, got_v = want.get(key), got.get(key)
+        raise ValidationError(
+            0,
+            f"invalid operation {index} '{scenario[0]}': {detail} differs from "
+            f"{versus}\n    expected: {want_v!r}\n    got:      {got_v!r}",
+        )
 
 
 # ----------------------------------------------------------------------- gate
@@ -962,6 +1158,7 @@ def gate(
     seed: int = DEFAULT_SEED,
     sizes: Sequence[int] = DEFAULT_SIZES,
     size_ops: int | None = None,
+    invalid: str = "refuse",
 ) -> list[GateResult]:
     """Run the whole gate; the first variant is the baseline.
 
@@ -982,6 +1179,12 @@ def gate(
         timed pool and the smallest accepted one. Empty skips that part.
     size_ops
         Random operations per size; None means ``ops // SIZE_OPS_DIVISOR``.
+    invalid
+        ``"refuse"`` (a candidate that differs on an invalid operation is refused) or
+        ``"record"`` (a release history: the differences are recorded in
+        ``GateResult.invalid_differs``; releases changed their contract on invalid
+        use, e.g. 0.10.0 and 0.20.0 leave different counts after ``append_n`` on a
+        corrupted tail sentinel).
 
     Returns
     -------
@@ -1004,7 +1207,10 @@ def gate(
     for index, variant in enumerate(variants):
         role = "baseline" if index == 0 else "bound" if variant.is_bound else "candidate"
         start = time.perf_counter()
-        checked = compared = sized_ops = 0
+        checked = compared = sized_ops = invalid_skipped = 0
+        references: tuple[str, ...] = ()
+        differs: tuple[str, ...] = ()
+        skipped_by: dict[str, int] = {}
         sized_seconds = 0.0
         covered: list[int] = []
         error = None
@@ -1013,9 +1219,21 @@ def gate(
             checked = model_check(variant, ops, seed)
             phase = "invalid"
             if role == "baseline":
-                compared = len(INVALID_SCENARIOS)
+                needs = [scenario_needs(sc) for sc in INVALID_SCENARIOS]
+                compared = sum(_runs_natively(variant, n) for n in needs)
+                invalid_skipped = len(INVALID_SCENARIOS) - compared
             elif role == "candidate":
-                compared = compare_invalid(baseline, variant)
+                # The baseline first, then every earlier candidate: a scenario the
+                # baseline cannot run (another structure, a method it lacks) is compared
+                # with the first earlier variant that shares it.
+                refs = [baseline, *(v for v in variants[1:index] if not v.is_bound)]
+                comparison = compare_invalid_shared(variant, refs, record=invalid == "record")
+                compared, references = comparison.compared, comparison.references
+                if references == (baseline.label,):
+                    references = ()  # the usual case: not worth a note
+                differs = comparison.differs
+                invalid_skipped = sum(comparison.skipped.values())
+                skipped_by = comparison.skipped
             phase = "sizes"
             sized_start = time.perf_counter()
             for size in sizes:
@@ -1042,6 +1260,45 @@ def gate(
                 sizes=tuple(covered),
                 size_ops_checked=sized_ops,
                 size_seconds=sized_seconds,
+                adapter=variant.adapter,
+                invalid_skipped=invalid_skipped,
+                invalid_references=references,
+                invalid_differs=differs,
+                skipped=_skipped_notes(variant, role, invalid_skipped, skipped_by),
             )
         )
     return results
+
+
+def _skipped_notes(
+    variant: Variant, role: str, invalid_skipped: int, skipped_by: dict[str, int]
+) -> tuple[str, ...]:
+    """The gate's parts that did not run, or ran through an adapter, in words."""
+    notes = []
+    if variant.adapter:
+        notes.append(
+            f"adapter {variant.adapter}: {', '.join(variant.adapted)} checked as loops of "
+            "popleft()/append() (as BlockPool drove the queue before vLLM 0.10.0)"
+        )
+    if variant.missing:
+        notes.append(
+            f"the class has no {', '.join(variant.missing)}: the model checks never call "
+            "them (no timed case does)"
+        )
+    if variant.structure == STRUCTURE_HEAD_TAIL:
+        notes.append(
+            "head-tail structure (free_list_head/free_list_tail, no sentinels): the empty "
+            "queue is reached by popping a one-block queue"
+        )
+    if invalid_skipped and role == "baseline":
+        notes.append(
+            f"{invalid_skipped} of {len(INVALID_SCENARIOS)} invalid ops cannot run on the "
+            "reference itself (no such method, or no sentinels): skipped for every variant"
+        )
+    elif invalid_skipped:
+        why = ", ".join(f"{n} need {k}" for k, n in sorted(skipped_by.items()))
+        notes.append(
+            f"{invalid_skipped} of {len(INVALID_SCENARIOS)} invalid ops skipped: no "
+            f"reference shares them ({why})"
+        )
+    return tuple(notes)

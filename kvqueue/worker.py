@@ -9,7 +9,8 @@ Inside the process:
 1. pin to one CPU (``os.sched_setaffinity``) and record which;
 2. load every variant (from the cache; sha256 checked against the gate's record) and
    build the pools before any timing: one set of blocks per pool size, shared by all
-   variants (see :class:`SharedPool`);
+   variants (see :class:`SharedPool`); in block mode ``own`` (each variant links its own
+   release's block class) one pool per variant and size (:class:`OwnPools`);
 3. per (case, pool): calibrate the loop count once on the baseline so a sample lasts
    about ``sample_ms``; warm every variant up; then take ``samples`` rounds, each timing
    every variant once in a freshly shuffled (seeded, recorded) order.
@@ -53,17 +54,27 @@ def load_shuffled(
     block_source: str | None,
     rng: random.Random,
     block: tuple[type, Any] | None = None,
+    own_blocks: dict[str, tuple[type, Any]] | None = None,
 ) -> list[loader.Variant]:
     """Load the variants in a random order with heap padding between them.
 
     Returns them in the given (label) order; the block class comes from
     ``block_source`` or, by default, the first (baseline) source, unless ``block``
-    (an already loaded block class and its source) is given.
+    (an already loaded block class and its source) is given. With ``own_blocks``
+    (block mode ``own``: label -> block class and source, filled here for labels it
+    lacks) each variant links its own source's block class instead.
     """
-    block = block or loader.load_block_class(block_source or sources[0])
+    if own_blocks is None:
+        block = block or loader.load_block_class(block_source or sources[0])
     loaded: dict[int, loader.Variant] = {}
     for index in rng.sample(range(len(sources)), len(sources)):
         _LAYOUT_PADDING.append(heap_padding(rng))
+        if own_blocks is not None:
+            label = labels[index]
+            if label not in own_blocks:
+                own_blocks[label] = loader.load_block_class(sources[index])
+            block = own_blocks[label]
+        assert block is not None
         loaded[index] = loader.load_variant(sources[index], block, labels[index])
     return [loaded[i] for i in range(len(sources))]
 
@@ -118,43 +129,132 @@ class SharedPool:
     timed), so every variant runs on identical memory and on the same queue state.
     """
 
-    def __init__(self, size: int, block_cls: type, queues: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        size: int,
+        block_cls: type,
+        queues: dict[str, Any],
+        structures: dict[str, str] | None = None,
+    ) -> None:
         self.blocks = [block_cls(block_id=i) for i in range(size)]
+        self.structures = structures or {}
         self.queues: dict[str, Any] = {}
         for label, queue_cls in queues.items():
+            self._clear_ends()
             self.queues[label] = queue_cls(self.blocks)
             self.owner = label  # each __init__ relinks every block to its own sentinels
+
+    def _clear_ends(self) -> None:
+        # A head-tail __init__ (vLLM < 0.10.0) links consecutive blocks only and leaves
+        # the ends as it finds them; after a sentinel queue they would still point at
+        # that queue's sentinels.
+        if self.blocks:
+            self.blocks[0].prev_free_block = None
+            self.blocks[-1].next_free_block = None
+
+    def blocks_of(self, label: str) -> list[Any]:
+        """The blocks ``label``'s queue links (the same list for every label here)."""
+        return self.blocks
 
     def rebind(self, queues: dict[str, Any]) -> None:
         """Replace every variant's queue by a new one of the given class, on these blocks."""
         self.queues = {}
         for label, queue_cls in queues.items():
+            self._clear_ends()
             self.queues[label] = queue_cls(self.blocks)
             self.owner = label
 
     def timed(self, runners: dict[str, case_mod.Runner], label: str, loops: int) -> int:
         """Hand the chain of blocks to ``label``'s queue (untimed), then time its runner."""
         if self.owner != label:
-            hand_over(self.queues[self.owner], self.queues[label])
+            hand_over(
+                self.queues[self.owner],
+                self.queues[label],
+                self.structures.get(self.owner, loader.STRUCTURE_SENTINELS),
+                self.structures.get(label, loader.STRUCTURE_SENTINELS),
+            )
             self.owner = label
         return runners[label](loops)
 
 
-def hand_over(src: Any, dst: Any) -> None:
+class OwnPools:
+    """Block mode ``own``: one pool per variant (its own block class), no hand-over.
+
+    Each variant's queue links blocks of its own release's ``KVCacheBlock`` (a history
+    must time 0.9.x's dataclass equality too), so the variants cannot share block
+    objects. Separate pools give each variant its own memory layout, which biased an
+    A/A pair by ~2 % (see :class:`SharedPool`); the shuffled build order and the heap
+    padding between pools turn that into process-to-process noise, which the paired
+    intervals then carry, but a step smaller than that is not resolved.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        block_classes: dict[str, type],
+        queues: dict[str, Any],
+        rng: random.Random,
+    ) -> None:
+        self.pools: dict[str, SharedPool] = {}
+        for label, queue_cls in queues.items():
+            self.pools[label] = SharedPool(size, block_classes[label], {label: queue_cls})
+            _LAYOUT_PADDING.append(heap_padding(rng))
+
+    @property
+    def queues(self) -> dict[str, Any]:
+        """Label -> that variant's queue."""
+        return {label: pool.queues[label] for label, pool in self.pools.items()}
+
+    def blocks_of(self, label: str) -> list[Any]:
+        """The blocks of ``label``'s own pool."""
+        return self.pools[label].blocks
+
+    def rebind(self, queues: dict[str, Any]) -> None:
+        """New queues of the given classes, each on its variant's blocks."""
+        for label, queue_cls in queues.items():
+            self.pools[label].rebind({label: queue_cls})
+
+    def timed(self, runners: dict[str, case_mod.Runner], label: str, loops: int) -> int:
+        """Time ``label``'s runner on its own pool (nothing to hand over)."""
+        return runners[label](loops)
+
+
+def _ends(q: Any, structure: str) -> tuple[Any, Any, Any, Any]:
+    """(head marker, tail marker, first block, last block) of a queue; the markers are
+    None for the head-tail structure (``loader.STRUCTURE_HEAD_TAIL``)."""
+    if structure == loader.STRUCTURE_HEAD_TAIL:
+        return None, None, q.free_list_head, q.free_list_tail
+    head, tail = q.fake_free_list_head, q.fake_free_list_tail
+    return head, tail, head.next_free_block, tail.prev_free_block
+
+
+def hand_over(
+    src: Any,
+    dst: Any,
+    src_structure: str = loader.STRUCTURE_SENTINELS,
+    dst_structure: str = loader.STRUCTURE_SENTINELS,
+) -> None:
     """Move the whole chain of blocks from queue ``src`` to queue ``dst`` in O(1).
 
-    Only the documented attributes are used: the two sentinels and ``num_free_blocks``.
-    ``src`` is left empty and consistent.
+    Only the documented attributes are used: the two sentinels (or, for the head-tail
+    structure of vLLM < 0.10.0, ``free_list_head``/``free_list_tail``) and
+    ``num_free_blocks``. ``src`` is left empty and consistent.
     """
-    s_head, s_tail = src.fake_free_list_head, src.fake_free_list_tail
-    d_head, d_tail = dst.fake_free_list_head, dst.fake_free_list_tail
-    first, last = s_head.next_free_block, s_tail.prev_free_block
-    if first is s_tail:
+    s_head, s_tail, first, last = _ends(src, src_structure)
+    d_head, d_tail, _, _ = _ends(dst, dst_structure)
+    empty = first is s_tail
+    if dst_structure == loader.STRUCTURE_HEAD_TAIL:
+        dst.free_list_head, dst.free_list_tail = (None, None) if empty else (first, last)
+    elif empty:
         d_head.next_free_block, d_tail.prev_free_block = d_tail, d_head
     else:
-        d_head.next_free_block, first.prev_free_block = first, d_head
-        d_tail.prev_free_block, last.next_free_block = last, d_tail
-    s_head.next_free_block, s_tail.prev_free_block = s_tail, s_head
+        d_head.next_free_block, d_tail.prev_free_block = first, last
+    if not empty:
+        first.prev_free_block, last.next_free_block = d_head, d_tail
+    if src_structure == loader.STRUCTURE_HEAD_TAIL:
+        src.free_list_head = src.free_list_tail = None
+    else:
+        s_head.next_free_block, s_tail.prev_free_block = s_tail, s_head
     dst.num_free_blocks, src.num_free_blocks = src.num_free_blocks, 0
 
 
@@ -171,11 +271,21 @@ class Layout:
         spec: dict[str, Any],
         rng: random.Random,
         block: tuple[type, Any] | None = None,
-        pools: dict[int, SharedPool] | None = None,
+        pools: dict[int, SharedPool | OwnPools] | None = None,
+        own_blocks: dict[str, tuple[type, Any]] | None = None,
     ) -> None:
         labels = spec["labels"]
+        own = spec.get("block_mode", "shared") == "own"
+        # Block mode "own": the block classes are loaded once per process (the pools'
+        # blocks outlive a layout) and kept here for the next layout.
+        self.own_blocks = (own_blocks if own_blocks is not None else {}) if own else None
         self.variants = load_shuffled(
-            spec["sources"], labels, spec.get("block_source"), rng, block=block
+            spec["sources"],
+            labels,
+            spec.get("block_source"),
+            rng,
+            block=block,
+            own_blocks=self.own_blocks,
         )
         for variant, label in zip(self.variants, labels, strict=True):
             want = spec["expected_sha256"].get(label)
@@ -186,14 +296,18 @@ class Layout:
                 )
         self.block = (self.variants[0].block_cls, self.variants[0].block_src)
         classes = {label: v.queue_cls for label, v in zip(labels, self.variants, strict=True)}
+        structures = {label: v.structure for label, v in zip(labels, self.variants, strict=True)}
         order = rng.sample(range(len(labels)), len(labels))
         if pools is None:
             # Build every pool before any timing; queues are constructed in a shuffled order.
             self.pools = {}
             for size in spec["pools"]:
-                self.pools[size] = SharedPool(
-                    size, self.block[0], {labels[i]: classes[labels[i]] for i in order}
-                )
+                shuffled = {labels[i]: classes[labels[i]] for i in order}
+                if own:
+                    block_classes = {v.label: v.block_cls for v in self.variants}
+                    self.pools[size] = OwnPools(size, block_classes, shuffled, rng)
+                else:
+                    self.pools[size] = SharedPool(size, self.block[0], shuffled, structures)
                 _LAYOUT_PADDING.append(heap_padding(rng))
         else:
             # Same blocks, new queue objects of the new classes (each relinks the blocks).
@@ -208,7 +322,7 @@ class Layout:
                 runners = {}
                 for label in rng.sample(labels, len(labels)):
                     runners[label] = case_mod.make_runner(
-                        case, shared.queues[label], shared.blocks, spec["case_seed"]
+                        case, shared.queues[label], shared.blocks_of(label), spec["case_seed"]
                     )
                     _LAYOUT_PADDING.append(heap_padding(rng))
                 self.runners[(case, pool)] = runners
@@ -230,8 +344,9 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         sha256), ``cases``, ``pools``, ``samples``, ``sample_ms``, ``seed`` (this
         process's shuffle seed), ``case_seed`` (workload shuffles, same for all
         processes), ``cpu``, ``gc`` (``"disabled"`` or ``"enabled"``); optional
-        ``epochs`` (layout epochs per process, default 1: one layout for all rounds) and
-        ``epoch_pools`` (rebuild the pools' blocks at every epoch, default false).
+        ``epochs`` (layout epochs per process, default 1: one layout for all rounds),
+        ``epoch_pools`` (rebuild the pools' blocks at every epoch, default false) and
+        ``block_mode`` (``"shared"``, the default, or ``"own"``: see :class:`OwnPools`).
 
     Returns
     -------
@@ -265,7 +380,9 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
                 layout = None  # let the old objects go before the new ones are made
                 layout = Layout(spec, rng)
             else:
-                layout = Layout(spec, rng, block=layout.block, pools=layout.pools)
+                layout = Layout(
+                    spec, rng, block=layout.block, pools=layout.pools, own_blocks=layout.own_blocks
+                )
             # One collection per layout, not per cell: with 100,000-block pools a
             # collection costs ~30 ms, and per cell it doubled the cost of 9 epochs.
             gc.collect()

@@ -30,6 +30,11 @@ BARE_MODULES = (
     "kvqueue.runner",
     "kvqueue.runfiles",
     "kvqueue.child",
+    "kvqueue.policy",
+    "kvqueue.churn",
+    "kvqueue.policy_check",
+    "kvqueue.policy_worker",
+    "kvqueue.policy_run",
 )
 
 

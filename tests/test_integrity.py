@@ -697,3 +697,22 @@ def test_an_unknown_kind_is_one_line_naming_run_json(tmp_path: Path) -> None:
         rawdata.read_raw(tmp_path)
     assert one_line(err.value).startswith(str(run / "run.json"))
     assert "kind 'benchmark' is not one of bench, history, policy" in str(err.value)
+
+
+def test_aa_only_run_is_never_the_headline(tmp_path: Path) -> None:
+    """Before: a newer A/A-only run (VARIANTS=X AA=1) displaced the A/B headline run."""
+    ab = write_run(tmp_path, run_id="20261128T090000Z-cp311-aaaa", python_version="3.11.7", **FULL)
+    aa = write_run(
+        tmp_path,
+        run_id="20261129T090000Z-cp311-bbbb",
+        started_at="2026-11-30T09:00:00+00:00",
+        python_version="3.11.7",
+        sources=("vllm==0.32.0", "vllm==0.32.0"),
+        seed=2,
+        **FULL,
+    )
+    table = runs_of(tmp_path)
+    assert bool(table.loc[ab.name, "headline"])
+    assert not bool(table.loc[aa.name, "headline"])
+    assert table.loc[aa.name, "protocol"] == analysis.AA_ONLY
+    assert table.loc[aa.name, "note"] == f"not in the headline tables: {analysis.AA_ONLY}"

@@ -55,9 +55,45 @@ def _size(rows: list, **caps: float) -> sizing.Sizing:
 def test_a_tight_pilot_keeps_its_size_and_a_loose_one_asks_for_more() -> None:
     tight = _size(_rows(0.002, 11))
     assert tight.planned == 11 and tight.capped_by is None
-    loose = _size(_rows(0.012, 11))
+    loose = _size(_rows(0.009, 11))
     assert 11 < loose.wanted == loose.planned <= 41
     assert set(loose.required) == {"alloc1/2048 b vs a"}
+
+
+def test_a_far_out_process_does_not_blow_up_the_request() -> None:
+    """Before: the pilot's SD sized the run; one process 30 % off asked for thousands."""
+    rows = _rows(0.005, 11)
+    calm = _size(rows)
+    for row in rows:
+        if row[0] == 3 and row[4] == "b":
+            row[10] = float(row[10]) * 1.3
+    wild = _size(rows)
+    key = "alloc1/2048 b vs a"
+    assert wild.sd_pp[key] > 5 * calm.sd_pp[key]  # the SD feels the outlier...
+    assert wild.required[key] <= 2 * calm.required[key]  # ...the request hardly does
+    assert wild.required[key] < 100
+
+
+def test_only_the_reports_comparisons_are_sized() -> None:
+    """An unconfigured pair (c vs b) or a bound never sets the size; A/A copies do."""
+    rows = []
+    for pr in range(1, 12):
+        for variant, ns in (("a", 100.0), ("b", 80.0), ("c", 60.0 + pr), ("a#2", 100.0)):
+            rows.append([pr, "main", "alloc1", 2048, variant, 0, 0, 1, 1, 1, ns, 0])
+    s = sizing.size_run(
+        rows,
+        ["a", "b", "c", "a#2"],
+        ["c"],
+        pilot=11,
+        precision_pp=0.5,
+        max_processes=41,
+        max_minutes=5.0,
+        seconds_per_process=1.0,
+        seconds_spent=0.0,
+        seconds_after=0.0,
+        pairs=(("b", "a"),),
+    )
+    assert set(s.required) == {"alloc1/2048 b vs a", "alloc1/2048 a#2 vs a"}
 
 
 def test_the_caps_bind_and_say_which() -> None:
@@ -109,3 +145,18 @@ def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
     assert meta["processes_completed"] == {"main": 8, "confirm": 1}
     assert len(meta["seeds"]["processes"]["main"]) == 8
     assert run.included, run.altered  # the reader's plan check accepts the sized run
+
+
+def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_MINUTES covers the whole command: the CLI leaves its start time behind."""
+    from kvqueue import runner
+
+    monkeypatch.setenv(params.BUDGET_START_ENV, "1000.0")
+    assert runner._seconds_since_launch(now=1025.5) == 25.5
+    # Not this launch's: in the future, over an hour old, or not a number.
+    assert runner._seconds_since_launch(now=900.0) == 0.0
+    assert runner._seconds_since_launch(now=1000.0 + 7200) == 0.0
+    monkeypatch.setenv(params.BUDGET_START_ENV, "soon")
+    assert runner._seconds_since_launch(now=1025.5) == 0.0
+    monkeypatch.delenv(params.BUDGET_START_ENV)
+    assert runner._seconds_since_launch(now=1025.5) == 0.0

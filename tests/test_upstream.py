@@ -191,7 +191,7 @@ def test_fetch_extracts_one_member_and_records_it(release, monkeypatch, good_tex
     assert sorted(p.name for p in upstream.cache_dir().iterdir()) == ["vllm-9.9.9"]
     data = json.loads(upstream.record_path("9.9.9").read_text())
     assert data == {
-        "format": 1,
+        "format": 2,
         "member": upstream.MEMBER,
         "vllm_version": "9.9.9",
         "file_sha256": upstream.sha256_file(path),
@@ -200,6 +200,9 @@ def test_fetch_extracts_one_member_and_records_it(release, monkeypatch, good_tex
         "wheel_sha256": upstream.sha256_file(wheel),
         "wheel_sha256_from_index": True,
         "fetched_at": data["fetched_at"],
+        # A file: location is never read by ranges: the whole wheel was checked.
+        "obtained": "download",
+        "verified": ["wheel sha256 = the index's"],
     }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["fetched_at"])
     record = upstream.read_record("9.9.9")
@@ -695,8 +698,11 @@ def _valid_record() -> dict[str, object]:
     ("text", "why"),
     [
         ("{", "is not JSON"),
-        ("[]", "is not a format-1 digest record"),
-        (json.dumps({**_valid_record(), "format": 2}), "is not a format-1 digest record"),
+        ("[]", "is not a format-2 (or 1) digest record"),
+        (json.dumps({**_valid_record(), "format": 3}), "is not a format-2 (or 1) digest record"),
+        (json.dumps({**_valid_record(), "obtained": "magic"}), "has no valid 'obtained'"),
+        (json.dumps({**_valid_record(), "verified": "all"}), "has no valid 'verified'"),
+        (json.dumps({**_valid_record(), "wheel_sha256": None}), "has no valid 'wheel_sha256'"),
         (json.dumps({**_valid_record(), "vllm_version": "9.9.8"}), "is not the record of"),
         (json.dumps({**_valid_record(), "file_sha256": "A" * 64}), "'file_sha256' is not a hex"),
         (json.dumps({**_valid_record(), "file_size": True}), "has no valid 'file_size'"),

@@ -1,0 +1,310 @@
+"""The report's release-history section: raw history runs -> tables -> text and figure.
+
+A history run (``run.json`` ``kind: "history"``, :mod:`kvqueue.history`) times one
+representative release per distinct queue version, newest first, in every process. Per
+run, case and pool:
+
+- **per version**: ns per cycle = the median over processes of the per-process medians,
+  with the interpolated order-statistic interval of that median
+  (:func:`kvqueue.stats.order_statistic_interval`, the report's interval), and the
+  paired ratio to the newest version (median over processes of the per-process ratio,
+  same interval);
+- **per step** between consecutive versions in release order: the paired change in
+  time, ``median_p(m(p, newer) / m(p, older)) - 1``, with its interval. A step is
+  *significant* when its interval excludes 0; it is labelled with the release range it
+  spans (the last release of the older version -> the first of the newer).
+
+Tables ``history`` and ``history_steps`` (schema.PROCESSED_TABLES); the newest included
+history run per host x interpreter is the ``headline`` one that the section shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvqueue import rawdata, schema, stats
+
+KIND = schema.KIND_HISTORY
+VERSION_COLUMNS = tuple(schema.PROCESSED_TABLES["history"])
+STEP_COLUMNS = tuple(schema.PROCESSED_TABLES["history_steps"])
+
+
+def _versions(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's versions, oldest first (run.json lists them newest first)."""
+    return list(reversed((meta.get("history") or {}).get("versions") or []))
+
+
+def _span(releases: list[str]) -> str:
+    return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+
+
+def _headline_ids(runs: list[rawdata.Run]) -> set[str]:
+    newest: dict[tuple[str, str], rawdata.Run] = {}
+    for run in runs:
+        key = (run.host, run.interpreter)
+        if key not in newest or (str(run.meta.get("started_at")), run.run_id) > (
+            str(newest[key].meta.get("started_at")),
+            newest[key].run_id,
+        ):
+            newest[key] = run
+    return {r.run_id for r in newest.values()}
+
+
+def analyze(
+    raw: rawdata.RawData, confidence: float = stats.DEFAULT_CONFIDENCE
+) -> dict[str, pd.DataFrame]:
+    """Compute ``history`` and ``history_steps`` from the included history runs."""
+    runs = [r for r in raw.of_kind(KIND).included if _versions(r.meta)]
+    headline = _headline_ids(runs)
+    rows: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    for run in runs:
+        versions = _versions(run.meta)
+        labels = [v["label"] for v in versions]
+        base = run.meta["baseline"]
+        samples = run.samples
+        assert samples is not None
+        main = samples[samples["phase"] == "main"]
+        medians = stats.process_medians(main, by=["case", "pool"])
+        ident = {
+            "host": run.host,
+            "interpreter": run.interpreter,
+            "run_id": run.run_id,
+            "headline": run.run_id in headline,
+        }
+        for (case, pool), cell in medians.groupby(["case", "pool"], sort=False):
+            wide = cell.pivot(index="process", columns="variant", values="median_ns")
+            for order, version in enumerate(versions):
+                label = version["label"]
+                if label not in wide:
+                    continue
+                ns = stats.order_statistic_interval(wide[label].dropna(), confidence=confidence)
+                ratio = stats.order_statistic_interval(
+                    (wide[label] / wide[base]).dropna(), confidence=confidence
+                )
+                rows.append(
+                    {
+                        **ident,
+                        "case": case,
+                        "pool": int(pool),
+                        "version": label,
+                        "order": order,
+                        "releases": _span(version["releases"]),
+                        "first_release": version["releases"][0],
+                        "last_release": version["releases"][-1],
+                        "adapter": version.get("adapter") or "",
+                        "n_processes": ns.n,
+                        "ns": ns.estimate,
+                        "ns_low": ns.low,
+                        "ns_high": ns.high,
+                        "ratio_to_newest": ratio.estimate,
+                        "ratio_low": ratio.low,
+                        "ratio_high": ratio.high,
+                    }
+                )
+            for older, newer in itertools.pairwise(versions):
+                a, b = older["label"], newer["label"]
+                if a not in wide or b not in wide or a not in labels:
+                    continue
+                r = stats.order_statistic_interval(
+                    (wide[b] / wide[a]).dropna(), confidence=confidence
+                )
+                low, high = r.low - 1.0, r.high - 1.0
+                steps.append(
+                    {
+                        **ident,
+                        "case": case,
+                        "pool": int(pool),
+                        "from_version": a,
+                        "to_version": b,
+                        "release_range": f"{older['releases'][-1]} → {newer['releases'][0]}",
+                        "n_processes": r.n,
+                        "change": r.estimate - 1.0,
+                        "ci_low": low,
+                        "ci_high": high,
+                        "significant": bool(
+                            math.isfinite(low) and math.isfinite(high) and (low > 0 or high < 0)
+                        ),
+                    }
+                )
+    return {
+        "history": _frame(rows, "history"),
+        "history_steps": _frame(steps, "history_steps"),
+    }
+
+
+def _frame(rows: list[dict[str, Any]], name: str) -> pd.DataFrame:
+    spec = schema.PROCESSED_TABLES[name]
+    df = pd.DataFrame(rows, columns=list(spec))
+    df = df.astype(spec)
+    keys = ["host", "interpreter", "run_id", "case", "pool"]
+    keys += ["order"] if name == "history" else ["release_range"]
+    return df.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+# ------------------------------------------------------------------ display
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x * 100:+.{digits}f}%"
+
+
+def _ci(low: float, high: float) -> str:
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "n/a"
+    return f"[{low * 100:+.1f}, {high * 100:+.1f}]"
+
+
+def step_table(data: Any) -> pd.DataFrame:
+    """Release range -> change in time [95 % CI], one column per case (headline runs).
+
+    Only steps that are significant in at least one case of their run are shown; a
+    cell is ``+12.3% [+10.1, +14.0]`` (positive: the newer release takes longer), with
+    ``*`` on significant cells.
+    """
+    steps = getattr(data, "history_steps", pd.DataFrame())
+    if steps.empty:
+        return pd.DataFrame()
+    steps = steps[steps["headline"].astype(bool)]
+    keep = steps.groupby(["host", "interpreter", "release_range"])["significant"].transform("any")
+    steps = steps[keep]
+    if steps.empty:
+        return pd.DataFrame()
+    steps = steps.assign(
+        cell=[
+            f"{_pct(r.change)} {_ci(r.ci_low, r.ci_high)}{' *' if r.significant else ''}"
+            for r in steps.itertuples()
+        ],
+        column=[f"{r.case} / {r.pool:,}" for r in steps.itertuples()],
+    )
+    order = {rr: i for i, rr in enumerate(_release_order(steps))}
+    wide = steps.pivot_table(
+        index=["host", "interpreter", "release_range"],
+        columns="column",
+        values="cell",
+        aggfunc="first",
+    ).reset_index()
+    wide = wide.sort_values(
+        ["host", "interpreter", "release_range"],
+        key=lambda s: s.map(order) if s.name == "release_range" else s,
+    )
+    wide.columns.name = None
+    return wide.rename(
+        columns={"host": "Host", "interpreter": "Interpreter", "release_range": "Release range"}
+    ).reset_index(drop=True)
+
+
+def _release_order(steps: pd.DataFrame) -> list[str]:
+    from kvqueue.upstream import version_key
+
+    ranges = steps["release_range"].unique().tolist()
+    return sorted(ranges, key=lambda rr: version_key(rr.split(" → ")[-1]))
+
+
+def note(data: Any) -> str:
+    """The section's text: what was timed, how it is paired, and how to read it."""
+    versions = getattr(data, "history", pd.DataFrame())
+    if versions.empty:
+        return (
+            "No release-history run yet. `make history HOST=...` times every distinct "
+            "version of the queue from vLLM 0.6.4 (the first release with "
+            "`vllm/v1/core/kv_cache_utils.py`) to the newest, paired."
+        )
+    head = versions[versions["headline"].astype(bool)]
+    n_versions = head.groupby(["host", "interpreter"])["version"].nunique()
+    adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
+    text = (
+        f"Each distinct (queue class, block class) version of the vLLM releases, "
+        f"{n_versions.min()}–{n_versions.max()} per interpreter, timed in every process "
+        "of one paired run per interpreter on the release's own `KVCacheBlock` (block "
+        "mode `own`: 0.9.x's dataclass equality is part of its cost). Paired: every "
+        "version against the newest, and every step against its predecessor, as "
+        "per-process ratios; the interval is the median's order-statistic interval "
+        "over processes. A step marked `*` has an interval that excludes 0; positive = "
+        "the newer release is slower. Separate block pools per variant (needed with "
+        "separate block classes) biased an A/A pair by ~2 % in the A/B setting, so steps "
+        "below ~2 % are not resolved here."
+    )
+    if adapters:
+        text += (
+            " Releases without `popleft_n`/`append_n` ("
+            + ", ".join(adapters)
+            + ") are driven through the `popleft-loop` adapter: loops of "
+            "`popleft()`/`append()`, as their own `BlockPool` did."
+        )
+    return text
+
+
+def figure(data: Any) -> Any:
+    """ns per cycle by version in release order, per interpreter (rows) and case
+    (columns), with CI error bars; significant steps labelled with their release range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    versions = getattr(data, "history", pd.DataFrame())
+    steps = getattr(data, "history_steps", pd.DataFrame())
+    head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
+    if head.empty:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        ax.text(0.5, 0.5, "no release-history run", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    rows = sorted(head.groupby(["host", "interpreter"]).groups)
+    cells = sorted(
+        head.groupby(["case", "pool"]).groups, key=lambda c: (schema.case_rank(c[0]), c[1])
+    )
+    fig, axes = plt.subplots(
+        len(rows), len(cells), figsize=(4.2 * len(cells), 3.4 * len(rows)), squeeze=False
+    )
+    for i, (host, interp) in enumerate(rows):
+        for j, (case, pool) in enumerate(cells):
+            ax = axes[i][j]
+            sub = head[
+                (head["host"] == host)
+                & (head["interpreter"] == interp)
+                & (head["case"] == case)
+                & (head["pool"] == pool)
+            ].sort_values("order")
+            x = np.arange(len(sub))
+            y = sub["ns"].to_numpy()
+            err = np.vstack([y - sub["ns_low"].to_numpy(), sub["ns_high"].to_numpy() - y])
+            ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="o-", ms=3, lw=1, capsize=2)
+            ax.set_xticks(x)
+            ax.set_xticklabels(sub["first_release"], rotation=70, fontsize=6)
+            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=8)
+            # Log scale: a step is the same height wherever it lies (0.9.2 is ~5x 0.32.0).
+            ax.set_yscale("log")
+            ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
+            if not steps.empty:
+                st = steps[
+                    steps["headline"].astype(bool)
+                    & (steps["host"] == host)
+                    & (steps["interpreter"] == interp)
+                    & (steps["case"] == case)
+                    & (steps["pool"] == pool)
+                    & steps["significant"].astype(bool)
+                ]
+                pos = {v: k for k, v in enumerate(sub["version"])}
+                for r in st.itertuples():
+                    if r.to_version in pos and abs(r.change) >= 0.05:
+                        k = pos[r.to_version]
+                        ax.annotate(
+                            f"{r.change * 100:+.0f}%",
+                            (k, y[k]),
+                            textcoords="offset points",
+                            xytext=(0, 6),
+                            ha="center",
+                            fontsize=6,
+                            color="tab:red",
+                        )
+            ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

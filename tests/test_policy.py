@@ -1,0 +1,237 @@
+"""The allocation policies (kvqueue/policy.py) and their invariant check
+(kvqueue/policy_check.py): one test per rule of the description on hand-made queues, a
+hypothesis state machine on small queues, and the workload check on every variant."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from kvqueue import loader, policy, policy_check
+from kvqueue.block import KVCacheBlock
+from kvqueue.fast import FreeKVCacheBlockQueue
+
+
+def make_queue(order: list[int], pool: int | None = None) -> tuple[FreeKVCacheBlockQueue, dict]:
+    """A queue whose free blocks are ``order`` (ids, eviction order); others held."""
+    pool = pool if pool is not None else max(order, default=-1) + 1
+    blocks = [KVCacheBlock(block_id=i) for i in range(pool)]
+    queue = FreeKVCacheBlockQueue([blocks[i] for i in order])
+    return queue, {b.block_id: b for b in blocks}
+
+
+def ids_of(blocks: list) -> list[int]:
+    return [b.block_id for b in blocks]
+
+
+def remaining(queue: FreeKVCacheBlockQueue) -> list[int]:
+    return policy_check.free_ids(queue)
+
+
+# ------------------------------------------------------------------ rules, hand-made
+
+
+def test_small_allocations_are_popleft_n() -> None:
+    order = [5, 6, 7, 1, 2, 3, 4, 9]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 7, window_factor=None, threshold=8)
+    assert ids_of(got) == order[:7]
+    assert remaining(queue) == order[7:]
+
+
+def test_lru_is_popleft_n() -> None:
+    order = [3, 2, 1, 0, 9, 8]
+    queue, _ = make_queue(order)
+    assert ids_of(policy.lru(queue, 4)) == [3, 2, 1, 0]
+
+
+def test_runs_are_ascending_and_longest_first() -> None:
+    # Descending run 13..10 (length 4), ascending 20..25 (length 6), singles around.
+    order = [40, 13, 12, 11, 10, 41, 20, 21, 22, 23, 24, 25, 42, 43]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 10, window_factor=None, threshold=8)
+    assert ids_of(got) == [20, 21, 22, 23, 24, 25, 10, 11, 12, 13]
+    assert remaining(queue) == [40, 41, 42, 43]
+
+
+def test_remainder_comes_from_the_head_in_eviction_order() -> None:
+    order = [50, 30, 31, 60, 61, 62, 70, 80, 90]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    # Runs 60-62 then 30-31, then the head: 50, 70, 80 (not 90).
+    assert ids_of(got) == [60, 61, 62, 30, 31, 50, 70, 80]
+    assert remaining(queue) == [90]
+
+
+def test_a_run_longer_than_needed_gives_its_oldest_blocks() -> None:
+    order = [1, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 2]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    # The oldest eight of the descending run 20..10 are 20..13, returned ascending.
+    assert ids_of(got) == [13, 14, 15, 16, 17, 18, 19, 20]
+    assert remaining(queue) == [1, 12, 11, 10, 2]
+
+
+def test_one_missing_block_is_not_cut_from_a_run() -> None:
+    order = [50, 1, 2, 3, 4, 5, 6, 7, 90, 20, 21]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    assert ids_of(got) == [1, 2, 3, 4, 5, 6, 7, 50]
+    assert remaining(queue) == [90, 20, 21]
+
+
+def test_ties_prefer_the_run_nearer_the_head() -> None:
+    order = [7, 8, 100, 3, 4, 101, 102 + 5, 200, 201, 300, 400, 500, 600, 700]
+    queue, _ = make_queue(order)
+    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    assert ids_of(got)[:6] == [7, 8, 3, 4, 200, 201]
+
+
+def test_the_search_is_bounded_by_its_window() -> None:
+    # A long run sits just beyond a window of 1 x 8 blocks: it must not be found.
+    singles = [100, 102, 104, 106, 108, 110, 112, 114]
+    order = [*singles, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    queue, _ = make_queue(order)
+    watched = policy_check.WatchedQueue(queue)
+    got = policy.contiguous(watched, 8, window_factor=1, threshold=8)
+    assert ids_of(got) == singles
+    assert watched.scanned == 8
+    queue, _ = make_queue(order)
+    watched = policy_check.WatchedQueue(queue)
+    got = policy.contiguous(watched, 8, window_factor=2, threshold=8)
+    assert ids_of(got) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert watched.scanned == 16
+
+
+def test_too_large_a_request_fails_like_popleft_n_and_changes_nothing() -> None:
+    queue, _ = make_queue([1, 2, 3, 4, 5, 6, 7, 8])
+    with pytest.raises(Exception) as want:  # whatever popleft_n raises
+        FreeKVCacheBlockQueue([KVCacheBlock(block_id=i) for i in range(8)]).popleft_n(9)
+    with pytest.raises(type(want.value)):
+        policy.contiguous(queue, 9, window_factor=None, threshold=8)
+    assert remaining(queue) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_only_the_public_api_is_used() -> None:
+    queue, _ = make_queue(list(range(40)))
+    watched = policy_check.WatchedQueue(queue)
+    with pytest.raises(AttributeError):
+        _ = watched.prepend_n
+    assert len(policy.contiguous(watched, 16, window_factor=4, threshold=8)) == 16
+
+
+def test_split_runs_and_ascending_runs() -> None:
+    assert policy.split_runs([1, 2, 3, 9, 8, 7, 20]) == [(0, 3), (3, 3), (6, 1)]
+    assert policy.split_runs([]) == []
+    # Descending segments do not merge into descriptors.
+    assert policy.ascending_runs([7, 8, 9, 3, 2, 1]) == [3, 1, 1, 1]
+
+
+def test_registry_names_and_windows() -> None:
+    assert policy.NAMES == ("lru", "contig-w1", "contig-w2", "contig-w4", "contig-w8", "contig-inf")
+    assert [policy.window_of(n) for n in policy.NAMES] == [0, 1, 2, 4, 8, None]
+    with pytest.raises(KeyError):
+        policy.get("contig-w3")
+
+
+def test_model_agrees_with_the_hand_made_cases() -> None:
+    order = [40, 13, 12, 11, 10, 41, 20, 21, 22, 23, 24, 25, 42, 43]
+    assert policy_check.model(order, 10, None, 8) == [20, 21, 22, 23, 24, 25, 10, 11, 12, 13]
+
+
+def test_the_check_catches_a_policy_that_breaks_a_rule(monkeypatch) -> None:
+    # A broken policy (descending runs kept descending) must be refused by the check.
+    original = policy.contiguous
+
+    def broken(queue, n, window_factor=4, threshold=8):
+        got = original(queue, n, window_factor, threshold)
+        return got[::-1] if n >= threshold else got
+
+    monkeypatch.setattr(policy, "contiguous", broken)
+    variant = loader.load_variants(["kvqueue"])[0]
+    with pytest.raises(policy_check.PolicyCheckError, match="description gives"):
+        policy_check.run_check(variant.queue_cls, variant.block_cls, ["contig-w4"], 8, seed=3)
+
+
+# ------------------------------------------------------------------ state machine
+
+
+class PolicyMachine(RuleBasedStateMachine):
+    """Random allocations (every policy), reversed frees and mid-queue removals on a
+    small queue; every allocation is checked by the rules, the queue after every step."""
+
+    @initialize(pool=st.integers(min_value=1, max_value=48), data=st.data())
+    def build(self, pool: int, data: st.DataObject) -> None:
+        self.blocks = [KVCacheBlock(block_id=i) for i in range(pool)]
+        order = data.draw(st.permutations(range(pool)))
+        self.queue = FreeKVCacheBlockQueue([self.blocks[i] for i in order])
+        self.held: list[list[int]] = []
+        self.ref = [0] * pool
+
+    @rule(
+        name=st.sampled_from(policy.NAMES),
+        threshold=st.integers(min_value=1, max_value=10),
+        data=st.data(),
+    )
+    def allocate(self, name: str, threshold: int, data: st.DataObject) -> None:
+        free = self.queue.num_free_blocks
+        if free == 0:
+            return
+        n = data.draw(st.integers(min_value=1, max_value=free))
+        before = policy_check.free_ids(self.queue)
+        watched = policy_check.WatchedQueue(self.queue)
+        got = policy.get(name, threshold)(watched, n)
+        after = policy_check.free_ids(self.queue)
+        policy_check.check_allocation(
+            name, n, threshold, before, got, after, watched.scanned, f"{name} n={n}"
+        )
+        for b in got:
+            self.ref[b.block_id] += 1
+        self.held.append([b.block_id for b in got])
+
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        if not self.held:
+            return
+        chain = self.held.pop(data.draw(st.integers(min_value=0, max_value=len(self.held) - 1)))
+        for i in chain:
+            self.ref[i] -= 1
+        self.queue.append_n([self.blocks[i] for i in reversed(chain)])
+
+    @rule(data=st.data())
+    def remove_cached(self, data: st.DataObject) -> None:
+        free = policy_check.free_ids(self.queue)
+        if not free:
+            return
+        i = data.draw(st.sampled_from(free))
+        self.queue.remove(self.blocks[i])
+        self.ref[i] += 1
+        self.held.append([i])
+
+    @invariant()
+    def intact(self) -> None:
+        if hasattr(self, "queue"):
+            policy_check.check_queue(self.queue, self.blocks, self.ref, "state machine")
+
+
+TestPolicyMachine = PolicyMachine.TestCase
+TestPolicyMachine.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+)
+
+
+# ------------------------------------------------------------------ the workload check
+
+
+@pytest.mark.parametrize("source", ["kvqueue", "vllm==0.32.0", "vllm==0.31.0"])
+def test_workload_check_passes_on_every_variant(source: str) -> None:
+    variant = loader.load_variants([source])[0]
+    result = policy_check.run_check(
+        variant.queue_cls, variant.block_cls, list(policy.NAMES), 8, seed=11
+    )
+    assert result["ok"]
+    for name, counts in result["policies"].items():
+        assert counts["steps"] == policy_check.CHECK_WORKLOAD.steps
+        assert counts["big"] > 50, name  # the rules were exercised on large allocations
