@@ -253,9 +253,19 @@ def figure(data: Any) -> Any:
     steps = getattr(data, "history_steps", pd.DataFrame())
     head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
     if head.empty:
-        fig, ax = plt.subplots(figsize=(6, 2))
-        ax.text(0.5, 0.5, "no release-history run", ha="center", va="center")
-        ax.set_axis_off()
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.set_xlabel("vLLM release (oldest → newest)")
+        ax.set_ylabel("ns per cycle")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            "No release-history run yet:\nmake history HOST=<label>",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
         return fig
     rows = sorted(head.groupby(["host", "interpreter"]).groups)
     cells = sorted(
