@@ -332,6 +332,8 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
 def _cmd_history(args: argparse.Namespace) -> int:
     from kvqueue import history
 
+    # MAX_MINUTES budgets the whole command: the release listing and fetches included.
+    os.environ[params.BUDGET_START_ENV] = repr(time.time())
     try:
         if args.from_env:
             texts = params.environment_texts(os.environ)

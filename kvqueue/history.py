@@ -70,6 +70,9 @@ class Version:
     adapter: str | None = None
     missing: tuple[str, ...] = ()
     structure: str = loader.STRUCTURE_SENTINELS
+    #: Its releases are not consecutive among the probed ones (A, B, A: a change that
+    #: was reverted); the report's step labels then name the other releases too.
+    non_consecutive: bool = False
 
     @property
     def newest(self) -> str:
@@ -98,6 +101,7 @@ class Version:
             "adapter": self.adapter,
             "missing_methods": list(self.missing),
             "structure": self.structure,
+            "non_consecutive": self.non_consecutive,
         }
 
 
@@ -159,8 +163,8 @@ def plan(
     Raises
     ------
     BenchInputError
-        A given release does not exist, the index cannot be read (and a release is not
-        cached), or fewer than two distinct versions remain.
+        A given release does not exist or its class fails to load, the index cannot be
+        read (and a release is not cached), or fewer than two distinct versions remain.
     """
     out = progress or sys.stderr
     try:
@@ -178,13 +182,16 @@ def plan(
     versions: dict[str, Version] = {}
     skipped: list[dict[str, str]] = []
     probed: list[str] = []
+    last_key: str | None = None  # the version of the previous release that loaded
     for index, release in enumerate(order):
         probed.append(release)
         try:
             variant = _probe(release, listing.get(release))
         except (upstream.ModuleMissing, loader.SourceError, upstream.NoReadableWheel) as exc:
             reason = str(exc)
-            if isinstance(exc, loader.SourceError) and "not found" not in reason:
+            # Given releases are the user's choice: a class that fails to load stops the
+            # run. In the default history one broken release is skipped with its reason.
+            if given and isinstance(exc, loader.SourceError) and "not found" not in reason:
                 raise BenchInputError(f"vllm=={release}: {reason}") from None
             skipped.append({"release": release, "reason": reason})
             print(f"history: {release}: skipped ({reason})", file=out, flush=True)
@@ -212,7 +219,10 @@ def plan(
                 missing=variant.missing,
                 structure=variant.structure,
             )
+        if versions[key].releases and last_key != key:
+            versions[key].non_consecutive = True  # A, B, A: came back after another version
         versions[key].releases.append(release)
+        last_key = key
     ordered = sorted(versions.values(), key=lambda v: upstream.version_key(v.newest), reverse=True)
     if len(ordered) < 2:
         raise BenchInputError(
@@ -230,6 +240,13 @@ def plan(
             file=out,
             flush=True,
         )
+        if version.non_consecutive:
+            print(
+                f"history: warning: {version.source}'s releases are not consecutive "
+                f"({shared}): another version came between them; it is timed once",
+                file=out,
+                flush=True,
+            )
     return Plan(
         listed=sorted(listing, key=upstream.version_key),
         probed=probed,
@@ -259,8 +276,9 @@ def releases_from_text(text: str | None) -> list[str] | None:
 def history_params(texts: Mapping[str, str | None]) -> params.BenchParams:
     """Bench parameters of a history run from the bench variables' texts.
 
-    ``VARIANTS``, ``AA`` and ``BLOCK_SOURCE`` are chosen by the history and refused;
-    every other bench variable may be given and overrides :data:`HISTORY_DEFAULTS`.
+    ``VARIANTS``, ``AA`` and ``BLOCK_SOURCE`` are chosen by the history and refused, and
+    so is a ``BLOCK_MODE`` other than ``own``; every other bench variable may be given
+    and overrides :data:`HISTORY_DEFAULTS`.
     The variants are filled in by :func:`run_history`.
     """
     for name in ("variants", "aa", "block_source", "quick"):
@@ -268,6 +286,10 @@ def history_params(texts: Mapping[str, str | None]) -> params.BenchParams:
             make = params.spec_of(next(f for f in params.bench_fields() if f.name == name)).make
             raise BenchInputError(f"{make} is chosen by make history, not given (use RELEASES)")
     given = params.parse_texts(texts)
+    if given.get("block_mode", "own") != "own":
+        # Shared blocks would time versions that differ in their block class only with
+        # the same code: their steps would be A/A noise labelled as release changes.
+        raise BenchInputError("BLOCK_MODE must be own for make history (each release's block)")
     values = {**HISTORY_DEFAULTS, **given}
     # Two placeholder variants pass the value checks; run_history sets the real ones.
     return params.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})

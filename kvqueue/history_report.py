@@ -12,10 +12,14 @@ run, case and pool:
 - **per step** between consecutive versions in release order: the paired change in
   time, ``median_p(m(p, newer) / m(p, older)) - 1``, with its interval. A step is
   *significant* when its interval excludes 0; it is labelled with the release range it
-  spans (the last release of the older version -> the first of the newer).
+  spans (the last release of the older version -> the first of the newer, plus "also in"
+  the newer's earlier releases when its releases are not consecutive).
 
-Tables ``history`` and ``history_steps`` (schema.PROCESSED_TABLES); the newest included
-history run per host x interpreter is the ``headline`` one that the section shows.
+Tables ``history`` and ``history_steps`` (schema.PROCESSED_TABLES). The ``headline`` run
+per host x interpreter, which the section shows, is the newest *full* history (releases
+not given, the default cases and pools): a later ``RELEASES="0.31.0 0.32.0"`` or
+``CASES=alloc1`` run does not replace it. Without a full one, the newest reduced run is
+shown, and the text says what it left out.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import rawdata, schema, stats
+from kvqueue.history import HISTORY_DEFAULTS
+from kvqueue.upstream import version_key
 
 KIND = schema.KIND_HISTORY
 VERSION_COLUMNS = tuple(schema.PROCESSED_TABLES["history"])
@@ -40,20 +46,47 @@ def _versions(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(reversed((meta.get("history") or {}).get("versions") or []))
 
 
-def _span(releases: list[str]) -> str:
+def _span(version: Mapping[str, Any]) -> str:
+    releases = version["releases"]
+    if version.get("non_consecutive"):
+        return ", ".join(releases)  # a range would claim the releases in between
     return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
 
 
+def _step_range(older: Mapping[str, Any], newer: Mapping[str, Any]) -> str:
+    """``"last of older → first of newer after it"``, and the newer's earlier releases.
+
+    A version whose releases are not consecutive (A, B, A) also shipped before the older
+    one: the step is from the older's last release to the newer's next one.
+    """
+    last = older["releases"][-1]
+    after = [r for r in newer["releases"] if version_key(r) > version_key(last)]
+    earlier = [r for r in newer["releases"] if version_key(r) < version_key(last)]
+    text = f"{last} → {(after or newer['releases'])[0]}"
+    return text + (f" (also in {', '.join(earlier)})" if earlier else "")
+
+
+def reduced(meta: Mapping[str, Any]) -> str:
+    """What a history run left out of the full history ('' for a full one)."""
+    hist = meta.get("history") or {}
+    given = meta.get("parameters") or {}
+    out = ["releases given"] if hist.get("releases_given") else []
+    for name in ("cases", "pools"):
+        have = [str(x) for x in given.get(name) or ()]
+        if not {str(x) for x in HISTORY_DEFAULTS[name]} <= set(have):
+            out.append(f"{name} {' '.join(have)}")
+    return "; ".join(out)
+
+
 def _headline_ids(runs: list[rawdata.Run]) -> set[str]:
-    newest: dict[tuple[str, str], rawdata.Run] = {}
+    """Per host x interpreter: the newest full history, else the newest reduced one."""
+    best: dict[tuple[str, str], tuple[bool, str, str]] = {}
     for run in runs:
         key = (run.host, run.interpreter)
-        if key not in newest or (str(run.meta.get("started_at")), run.run_id) > (
-            str(newest[key].meta.get("started_at")),
-            newest[key].run_id,
-        ):
-            newest[key] = run
-    return {r.run_id for r in newest.values()}
+        rank = (not reduced(run.meta), str(run.meta.get("started_at")), run.run_id)
+        if key not in best or rank > best[key]:
+            best[key] = rank
+    return {rank[2] for rank in best.values()}
 
 
 def analyze(
@@ -72,6 +105,7 @@ def analyze(
         assert samples is not None
         main = samples[samples["phase"] == "main"]
         medians = stats.process_medians(main, by=["case", "pool"])
+        run_reduced = reduced(run.meta)
         ident = {
             "host": run.host,
             "interpreter": run.interpreter,
@@ -95,7 +129,8 @@ def analyze(
                         "pool": int(pool),
                         "version": label,
                         "order": order,
-                        "releases": _span(version["releases"]),
+                        "reduced": run_reduced,
+                        "releases": _span(version),
                         "first_release": version["releases"][0],
                         "last_release": version["releases"][-1],
                         "adapter": version.get("adapter") or "",
@@ -123,7 +158,7 @@ def analyze(
                         "pool": int(pool),
                         "from_version": a,
                         "to_version": b,
-                        "release_range": f"{older['releases'][-1]} → {newer['releases'][0]}",
+                        "release_range": _step_range(older, newer),
                         "n_processes": r.n,
                         "change": r.estimate - 1.0,
                         "ci_low": low,
@@ -201,10 +236,8 @@ def step_table(data: Any) -> pd.DataFrame:
 
 
 def _release_order(steps: pd.DataFrame) -> list[str]:
-    from kvqueue.upstream import version_key
-
     ranges = steps["release_range"].unique().tolist()
-    return sorted(ranges, key=lambda rr: version_key(rr.split(" → ")[-1]))
+    return sorted(ranges, key=lambda rr: version_key(rr.split(" → ")[-1].split(" (")[0]))
 
 
 def note(data: Any) -> str:
@@ -237,6 +270,12 @@ def note(data: Any) -> str:
             + ", ".join(adapters)
             + ") are driven through the `popleft-loop` adapter: loops of "
             "`popleft()`/`append()`, as their own `BlockPool` did."
+        )
+    cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
+    for r in cut.itertuples():
+        text += (
+            f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
+            f"reduced one ({r.reduced})."
         )
     return text
 
@@ -303,18 +342,25 @@ def figure(data: Any) -> Any:
                     & steps["significant"].astype(bool)
                 ]
                 pos = {v: k for k, v in enumerate(sub["version"])}
-                for r in st.itertuples():
-                    if r.to_version in pos and abs(r.change) >= 0.05:
-                        k = pos[r.to_version]
-                        ax.annotate(
-                            f"{r.change * 100:+.0f}%",
-                            (k, y[k]),
-                            textcoords="offset points",
-                            xytext=(0, 6),
-                            ha="center",
-                            fontsize=6,
-                            color="tab:red",
-                        )
+                # Every step whose interval excludes 0, labelled with the release range
+                # it spans: vertical, small, alternately above and below the point, so
+                # that neighbouring labels of 17 versions do not overlap.
+                shown = [r for r in st.itertuples() if r.to_version in pos]
+                for n, r in enumerate(sorted(shown, key=lambda r: pos[r.to_version])):
+                    k, up = pos[r.to_version], n % 2 == 0
+                    ax.annotate(
+                        f"{r.release_range} {_pct(r.change, 0)}",
+                        (k, y[k]),
+                        textcoords="offset points",
+                        xytext=(0, 5 if up else -5),
+                        ha="center",
+                        va="bottom" if up else "top",
+                        rotation=90,
+                        fontsize=4.5,
+                        color="tab:red",
+                    )
+                if shown:
+                    ax.margins(y=0.35)  # room for the vertical labels
             ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -809,7 +809,9 @@ class PolicyParams:
 
     host: str = _param("", "HOST", "label of this machine: a folder under data/raw (required)")
     python: str = _param("python3", "PYTHON", "interpreter to measure (CPython 3.10 or newer)")
-    variant: str = _param("vllm==0.32.0", "VARIANT", "queue variant source the policies run on")
+    variant: str = _param(
+        "vllm==0.32.0", "VARIANT", "queue variant the policies run on (kvqueue, vLLM 0.26.0 on)"
+    )
     windows: tuple[str, ...] = _param(
         DEFAULT_WINDOWS,
         "WINDOWS",
@@ -919,7 +921,7 @@ def check_policy_values(p: PolicyParams) -> None:
     BenchInputError
         On the first bad value.
     """
-    from kvqueue import churn  # stdlib; imported here to keep params' imports small
+    from kvqueue import churn, policy  # stdlib; imported here to keep params' imports small
 
     check_host(p.host)
     if not p.python:
@@ -929,9 +931,17 @@ def check_policy_values(p: PolicyParams) -> None:
     if not p.windows:
         raise BenchInputError("WINDOWS is empty: give window factors, e.g. 1 2 4 8 inf")
     for w in p.windows:
-        if w != "inf" and not (w.isdigit() and 1 <= int(w) <= 1000):
+        if w != "inf" and not (w.isascii() and w.isdecimal() and 1 <= int(w) <= 1000):
             raise BenchInputError(f"WINDOWS takes whole numbers from 1 to 1000 or inf, got {w!r}")
+        if w != "inf" and w != str(int(w)):
+            # "01" would name a second policy for window 1 in the data.
+            raise BenchInputError(f"WINDOWS: write {w!r} without leading zeros ({int(w)})")
     _no_duplicates("windows", p.windows)
+    for name in p.policies:
+        try:
+            policy.get(name)  # the check child and the workers resolve names the same way
+        except KeyError as exc:
+            raise BenchInputError(f"WINDOWS: {exc.args[0]}") from None
     if not _whole(p.threshold) or not 1 <= p.threshold <= 10_000:
         raise BenchInputError(
             f"threshold must be a whole number from 1 to 10000, got {p.threshold!r}"
@@ -959,6 +969,12 @@ def check_policy_values(p: PolicyParams) -> None:
         raise BenchInputError(f"workload: {problem}")
     if p.pool > MAX_POOL:
         raise BenchInputError(f"pool must be at most {MAX_POOL:,}, got {p.pool:,}")
+    if p.threshold > p.prefill_max:
+        # Only prefills reach the threshold (decode grows one block at a time).
+        raise BenchInputError(
+            f"threshold {p.threshold} is above prefill_max {p.prefill_max}: no allocation "
+            "of the workload would reach the contiguous path"
+        )
 
 
 def check_policy(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:
@@ -969,11 +985,16 @@ def check_policy(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:
     tuple
         The parameters with ``python`` resolved, and the interpreter's identity.
     """
+    from kvqueue import policy
+
     check_policy_values(p)
     path, info = check_python(p.python)
     p = replace(p, python=path)
     try:
-        loader.load_variants([p.variant])
+        (variant,) = loader.load_variants([p.variant])
     except loader.SourceError as exc:
         raise BenchInputError(f"variant '{p.variant}': {exc}") from None
+    problem = policy.unsupported(variant)
+    if problem:
+        raise BenchInputError(f"variant '{p.variant}': {problem}")
     return p, info

@@ -33,9 +33,13 @@ Choices the description leaves open, made here:
   ids are distinct such a segment is monotone, so the split is unique.
 
 The policy uses only the queue's public API: ``iter_blocks_after`` (from the head
-sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``;
-it works with every queue variant the loader accepts (vLLM releases, ``kvqueue``).
-Standard library only: it runs in the bare measured interpreter.
+sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``.
+So it runs on a variant with the sentinel structure, its own ``popleft_n`` and
+``iter_blocks_after``: ``kvqueue`` and vLLM 0.26.0 on. Older releases lack
+``iter_blocks_after`` (0.10.0-0.25.1) or have the head-tail structure without
+``popleft_n`` (before 0.10.0); :func:`unsupported` names what such a variant lacks, and
+a policy run refuses it before anything runs. Standard library only: it runs in the bare
+measured interpreter.
 """
 
 from __future__ import annotations
@@ -173,7 +177,9 @@ NAMES: tuple[str, ...] = (LRU, *(policy_name(w) for w in WINDOW_FACTORS))
 
 
 def get(name: str, threshold: int = DEFAULT_THRESHOLD) -> Policy:
-    """The policy called ``name`` (one of :data:`NAMES`) as ``policy(queue, n)``.
+    """The policy called ``name`` as ``policy(queue, n)``: ``lru``, ``contig-inf`` or
+    ``contig-wK`` for any whole ``K >= 1`` written without leading zeros (:data:`NAMES`
+    lists the registry's, but a run may choose any window).
 
     Raises
     ------
@@ -182,9 +188,42 @@ def get(name: str, threshold: int = DEFAULT_THRESHOLD) -> Policy:
     """
     if name == LRU:
         return lru
-    if name not in NAMES:
-        raise KeyError(f"unknown policy {name!r}: choose from {' '.join(NAMES)}")
+    tail = name.removeprefix("contig-w")
+    if name != "contig-inf" and not (
+        name.startswith("contig-w") and tail.isdecimal() and tail.isascii() and tail[0] != "0"
+    ):
+        raise KeyError(
+            f"unknown policy {name!r}: lru, contig-inf or contig-wK with a whole K >= 1 "
+            f"(registry: {' '.join(NAMES)})"
+        )
     return partial(contiguous, window_factor=window_of(name), threshold=threshold)
+
+
+#: What :func:`contiguous` needs of a variant, beyond the loader's core methods.
+REQUIRED_METHODS = ("popleft_n", "iter_blocks_after")
+#: ``kvqueue.loader.STRUCTURE_SENTINELS`` (not imported: this module stays import-light).
+STRUCTURE_SENTINELS = "sentinels"
+
+
+def unsupported(variant: Any) -> str | None:
+    """Why the policies cannot run on a loaded variant (one line), or ``None``.
+
+    Parameters
+    ----------
+    variant
+        A :class:`kvqueue.loader.Variant` (its ``structure``, ``missing``, ``adapted``).
+    """
+    # An adapted method (the popleft-loop adapter) is one the class lacks itself.
+    lacks = [m for m in REQUIRED_METHODS if m in variant.missing or m in variant.adapted]
+    if variant.structure != STRUCTURE_SENTINELS:
+        lacks.append(f"the sentinel fake_free_list_head (its structure is {variant.structure})")
+    if not lacks:
+        return None
+    return (
+        f"the allocation policies need iter_blocks_after, popleft_n and the sentinel "
+        f"fake_free_list_head (vLLM 0.26.0 on, or kvqueue); this variant lacks "
+        f"{', '.join(lacks)}"
+    )
 
 
 def ascending_runs(ids: Sequence[int]) -> list[int]:

@@ -178,7 +178,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(spec["seed"])
     workload = churn.Workload(**spec["workload"])
     threshold = int(spec["threshold"])
-    names = list(spec["policies"])
+    names = _checked_names(spec["policies"])
     (variant,) = load_shuffled([spec["source"]], [spec["source"]], spec.get("block_source"), rng)
     want = spec.get("expected_sha256")
     if want and variant.queue_src.sha256 != want:
@@ -243,6 +243,19 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class SpecError(ValueError):
+    """The spec names an unknown policy or a variant the policies cannot run on."""
+
+
+def _checked_names(names: list[str]) -> list[str]:
+    for name in names:
+        try:
+            policy.get(name)
+        except KeyError as exc:
+            raise SpecError(exc.args[0]) from None
+    return list(names)
+
+
 def _window_text(name: str) -> str:
     window = policy.window_of(name)
     return "inf" if window is None else str(window)
@@ -250,15 +263,26 @@ def _window_text(name: str) -> str:
 
 def run_check_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """The invariant check of ``spec`` (``source``, ``block_source``, ``policies``,
-    ``threshold``, ``seed``) with the variant's provenance."""
+    ``threshold``, ``seed``) with the variant's provenance.
+
+    Raises
+    ------
+    SpecError
+        An unknown policy name or a variant the policies cannot run on (one line).
+    """
+    names = _checked_names(spec["policies"])
     (variant,) = loader.load_variants([spec["source"]], block_source=spec.get("block_source"))
+    problem = policy.unsupported(variant)
+    if problem:
+        raise SpecError(f"{spec['source']}: {problem}")
+    threshold = int(spec["threshold"])
     t0 = time.perf_counter()
     try:
         result = policy_check.run_check(
             variant.queue_cls,
             variant.block_cls,
-            list(spec["policies"]),
-            int(spec["threshold"]),
+            names,
+            threshold,
             int(spec["seed"]),
         )
     except policy_check.PolicyCheckError as exc:
@@ -279,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = run_check_spec(spec) if "--check" in argv else run_process(spec)
-    except loader.SourceError as exc:
+    except (loader.SourceError, SpecError) as exc:
         print(f"kvqueue policy worker: {exc}", file=sys.stderr)
         return 2
     json.dump(result, sys.stdout)

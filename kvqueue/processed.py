@@ -260,8 +260,8 @@ def build(
     raw = rawdata.read_raw(raw_dir)
     git = git_states(raw_dir)
     tables = analysis.analyze(raw, settings, git)
-    tables["policy"] = policy_report.analyze(raw_dir, settings)
-    # History runs pass the same integrity rules as bench runs (git state included).
+    tables["policy"] = policy_report.analyze(raw_dir, settings, git)
+    # History and policy runs pass the same integrity rules as bench runs (git state too).
     tables.update(history_report.analyze(analysis.with_git_state(raw, git), settings.confidence))
     data = Processed(settings, manifest=_manifest(raw_dir, settings, git), **tables)
     write(data, processed_dir)

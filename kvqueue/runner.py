@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import os
 import random
@@ -249,6 +250,7 @@ def _size_after_pilot(
     # A confirmation process times fewer cases: scale its expected time by that share.
     share = len(phase_cases(params, "confirm")) / max(1, len(params.cases))
     bounds = [v["label"] for v in writer.record["variants"] if v.get("is_bound")]
+    pairs, cases = history_sizing(writer.record)
     return sizing.size_run(
         writer.rows,
         params.labels,
@@ -260,8 +262,27 @@ def _size_after_pilot(
         seconds_per_process=per_process,
         seconds_spent=seconds_spent,
         seconds_after=params.confirm_processes * per_process * share,
-        pairs=DEFAULT_PAIRS,
+        pairs=pairs,
+        cases=cases,
     )
+
+
+def history_sizing(
+    record: dict[str, Any],
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The (candidate, baseline) pairs and cases a run is sized for.
+
+    A bench run: :data:`~kvqueue.params.DEFAULT_PAIRS` on the headline cases. A release
+    history (``kind: "history"``): each version against its predecessor (newer, older),
+    the pairing of the report's step table, on every case it times; with the bench
+    pairs it would fall back to each version against the newest.
+    """
+    versions = (record.get("history") or {}).get("versions") or []
+    if record.get(schema.KIND_KEY) != schema.KIND_HISTORY or len(versions) < 2:
+        return DEFAULT_PAIRS, sizing.HEADLINE_CASES
+    labels = [v["label"] for v in versions]  # newest first
+    pairs = tuple(itertools.pairwise(labels))
+    return pairs, tuple(record["parameters"]["cases"])
 
 
 def _seconds_since_launch(now: float | None = None) -> float:
@@ -401,6 +422,12 @@ def _run_locked(
     except FileExistsError:
         raise BenchError(f"run folder {run_dir} exists already; nothing was written") from None
     expected = {g["label"]: g["sha256"] for g in gate}
+    # Block mode own: each variant links its own block class, which the gate checked too.
+    expected_block = (
+        {g["label"]: g["provenance"]["block_class_sha256"] for g in gate}
+        if params.block_mode == "own"
+        else {}
+    )
     processes_start = time.monotonic()  # the ETA extrapolates from the processes only
     print(
         f"run {run_id}: {len(plan)} processes on {py['executable']} ({py['version']}) -> "
@@ -434,7 +461,7 @@ def _run_locked(
             if done >= len(plan):
                 break
             phase, number, seed = plan[done]
-            result = run_process(params, phase, number, seed, expected)
+            result = run_process(params, phase, number, seed, expected, expected_block)
             info = {
                 "phase": phase,
                 "process": number,
@@ -473,7 +500,12 @@ def _run_locked(
 
 
 def run_process(
-    params: BenchParams, phase: str, number: int, seed: int, expected: dict[str, str]
+    params: BenchParams,
+    phase: str,
+    number: int,
+    seed: int,
+    expected: dict[str, str],
+    expected_block: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run worker process ``number`` of ``phase`` and return its parsed result.
 
@@ -485,6 +517,8 @@ def run_process(
         One entry of :func:`process_plan`.
     expected
         Variant label -> class sha256 as the gate saw it (the worker refuses a change).
+    expected_block
+        Variant label -> block class sha256 as the gate saw it (block mode ``own``).
     """
     cases = phase_cases(params, phase)
     spec = {
@@ -492,6 +526,7 @@ def run_process(
         "labels": params.labels,
         "block_source": params.block_source or None,
         "expected_sha256": expected,
+        "expected_block_sha256": expected_block or {},
         "cases": cases,
         "pools": list(params.pools),
         "samples": params.samples,

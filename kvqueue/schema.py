@@ -388,7 +388,8 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "host": _S,
         "interpreter": _S,
         "run_id": _S,
-        "headline": _B,  # newest included history run per host x interpreter
+        "headline": _B,  # newest full (else newest) history run per host x interpreter
+        "reduced": _S,  # "" for a full history, else what it left out (releases, cases)
         "case": _S,
         "pool": _I,
         "version": _S,  # variant label: vllm==<newest release of the version>

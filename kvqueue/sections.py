@@ -346,7 +346,8 @@ def build(data: processed.Processed) -> list[Section]:
             "Release history",
             note=history_report.note(data),
             table=history_table if not history_table.empty else None,
-            table_label=f"Release range → change in time [95% CI] ({len(history_table)} rows)",
+            table_label=f"Release range → change in time "
+            f"[{tables.ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
             figure="history",  # a placeholder that says how to make one, when no run
             fold=len(history_table) > 16,
             detail=True,

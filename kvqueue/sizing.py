@@ -32,8 +32,9 @@ from kvqueue import comparisons, schema
 #: The cells whose precision sets a run's size (the report's headline cycles).
 HEADLINE_CASES = ("alloc1", "alloc2", "mix")
 RULE = (
-    "two-stage: pilot of `processes` main processes; per headline cell (alloc1, alloc2, "
-    "mix x pools) and compared pair (the report's pairs and A/A copies), s = 1.4826 x MAD "
+    "two-stage: pilot of `processes` main processes; per headline cell (`cases` x pools: "
+    "alloc1, alloc2, mix, or a history's cases) and compared pair (the report's pairs and "
+    "A/A copies; a history's consecutive versions), s = 1.4826 x MAD "
     "of the per-process log ratio; "
     "n = ceil((t(0.975, n-1) * 1.2 s / h)^2) for the target half-width h (1.2: the median's "
     "interval is wider than the mean's); stage 2 runs "
@@ -44,6 +45,9 @@ _Z = 1.959963984540054  # 97.5 % quantile of the standard normal
 #: interval of the mean on the same processes (kvqueue.coverage, n = 11: 1.17 / 1.02).
 MEDIAN_WIDTH = 1.2
 _T975_SMALL = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105}
+#: Seconds kept for what follows the last process: sealing the run and filing the
+#: executed notebook. A default `make bench` AA=1 on 3.11 without it took 305 s for 300.
+FINISH_SECONDS = 10.0
 #: MAD -> SD of a normal law.
 _MAD_TO_SD = 1.482602218505602
 
@@ -104,6 +108,8 @@ class Sizing:
     wanted: int = 0
     planned: int = 0
     capped_by: str | None = None
+    #: The cases sized for (the rule's "headline cells"; a history sizes its own cases).
+    cases: list[str] = field(default_factory=lambda: list(HEADLINE_CASES))
 
     def record(self) -> dict[str, Any]:
         """JSON-ready copy."""
@@ -115,18 +121,19 @@ def per_process_log_ratios(
     labels: Sequence[str],
     bounds: Iterable[str],
     pairs: Sequence[tuple[str, str]] = (),
+    cases: Sequence[str] = HEADLINE_CASES,
 ) -> dict[str, list[float]]:
     """``{"case/pool a vs b": [log ratio per process]}`` from pilot sample rows.
 
     ``rows`` are ``samples.csv`` rows (columns :data:`kvqueue.schema.SAMPLE_COLUMNS`); per
     process and variant the median ns/cycle is taken, then the log of candidate over
     baseline for every comparison the report makes of a run with these ``labels``
-    (baseline first), ``bounds`` and configured ``pairs``.
+    (baseline first), ``bounds`` and configured ``pairs``, in the given ``cases``.
     """
     col = {name: i for i, name in enumerate(schema.SAMPLE_COLUMNS)}
     per: dict[tuple[str, int, int, str], list[float]] = {}
     for row in rows:
-        if row[col["phase"]] != "main" or row[col["case"]] not in HEADLINE_CASES:
+        if row[col["phase"]] != "main" or row[col["case"]] not in cases:
             continue
         key = (row[col["case"]], int(row[col["pool"]]), int(row[col["process"]]))
         per.setdefault((*key, row[col["variant"]]), []).append(float(row[col["ns_per_cycle"]]))
@@ -163,6 +170,7 @@ def size_run(
     seconds_spent: float,
     seconds_after: float,
     pairs: Sequence[tuple[str, str]] = (),
+    cases: Sequence[str] = HEADLINE_CASES,
 ) -> Sizing:
     """Decide the number of main processes after the pilot.
 
@@ -185,15 +193,18 @@ def size_run(
         (the confirmation processes).
     pairs
         The report's configured pairs (:data:`kvqueue.params.DEFAULT_PAIRS`): with the A/A
-        copies, the comparisons sized for (:mod:`kvqueue.comparisons`).
+        copies, the comparisons sized for (:mod:`kvqueue.comparisons`); a release
+        history passes its consecutive version pairs (newer, older).
+    cases
+        The cases whose cells set the size (:data:`HEADLINE_CASES`; a history's own).
     """
-    sizing = Sizing(RULE, precision_pp, pilot, max_processes, max_minutes)
+    sizing = Sizing(RULE, precision_pp, pilot, max_processes, max_minutes, cases=list(cases))
     if precision_pp <= 0:
         sizing.wanted = sizing.planned = pilot
         sizing.capped_by = "no precision target"
         return sizing
     half = math.log1p(precision_pp / 100)
-    ratios = per_process_log_ratios(pilot_rows, labels, bounds, pairs)
+    ratios = per_process_log_ratios(pilot_rows, labels, bounds, pairs, cases)
     for key, values in sorted(ratios.items()):
         sizing.sd_pp[key] = round(100 * statistics.stdev(values), 3)
         spread = robust_sd(values)
@@ -205,7 +216,7 @@ def size_run(
     sizing.wanted = max([pilot, *sizing.required.values()])
     by_time = pilot
     if seconds_per_process > 0:
-        left = max_minutes * 60 - seconds_spent - seconds_after
+        left = max_minutes * 60 - seconds_spent - seconds_after - FINISH_SECONDS
         by_time = pilot + max(0, math.floor(left / seconds_per_process))
     sizing.planned = min(sizing.wanted, max_processes, by_time)
     if sizing.planned < sizing.wanted:

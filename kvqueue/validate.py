@@ -545,7 +545,9 @@ class _SizedRun:
         elif op == "iter":
             self._iter()
         self.check_touched()
-        self.passed += 1
+        # A skipped draw (no iter_blocks_after) checked nothing: it is not counted.
+        if op != "skip":
+            self.passed += 1
 
     def _iter(self) -> None:
         """``iter_blocks_after`` from the start, a random block or one near the tail."""
@@ -714,7 +716,7 @@ def size_check(
         raise
     except Exception as exc:
         run.fail("valid operation raised", "no exception", f"{type(exc).__name__}: {exc}")
-    return run.op_index
+    return run.passed  # skipped draws excluded
 
 
 # ----------------------------------------------------------------- invalid ops

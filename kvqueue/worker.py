@@ -294,6 +294,15 @@ class Layout:
                     f"kvqueue worker: {label} changed since the validation gate (sha256 "
                     f"{variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
                 )
+            # Block mode own times each variant on its own block class: it is part of
+            # what is timed, so a change since the gate is refused as well.
+            want = spec.get("expected_block_sha256", {}).get(label)
+            if want is not None and variant.block_src.sha256 != want:
+                raise SystemExit(
+                    f"kvqueue worker: {label}'s block class changed since the validation "
+                    f"gate (sha256 {variant.block_src.sha256[:12]} != {want[:12]}); "
+                    "refusing to time it"
+                )
         self.block = (self.variants[0].block_cls, self.variants[0].block_src)
         classes = {label: v.queue_cls for label, v in zip(labels, self.variants, strict=True)}
         structures = {label: v.structure for label, v in zip(labels, self.variants, strict=True)}

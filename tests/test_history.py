@@ -147,3 +147,182 @@ def test_history_params_refuse_what_the_history_chooses(name):
     texts.update(host="box", **{name: "1"})
     with pytest.raises(BenchInputError, match="chosen by make history"):
         history.history_params(texts)
+
+
+def test_history_params_refuse_shared_blocks():
+    """Shared blocks would time versions differing in their block class alike: A/A noise."""
+    texts = {f.name: None for f in params.bench_fields()}
+    texts.update(host="box", block_mode="shared")
+    with pytest.raises(BenchInputError, match=r"^BLOCK_MODE must be own for make history"):
+        history.history_params(texts)
+    texts["block_mode"] = "own"
+    assert history.history_params(texts).block_mode == "own"
+
+
+def _broken_at(monkeypatch, release: str) -> None:
+    """Make ``release``'s class fail to load (a SourceError that is not 'not found')."""
+    inner = history._probe
+
+    def probe(r: str, files: object) -> loader.Variant:
+        if r == release:
+            raise loader.SourceError(f"vllm=={r}: FreeKVCacheBlockQueue does not compile")
+        return inner(r, files)
+
+    monkeypatch.setattr(history, "_probe", probe)
+
+
+def test_default_history_skips_a_release_whose_class_fails_to_load(releases, monkeypatch):
+    listing, _ = releases
+    _broken_at(monkeypatch, "3.1.0")
+    out = io.StringIO()
+    found = history.plan(None, listing=listing, progress=out)
+    assert found.versions[0].releases == ["3.2.0"]
+    assert found.skipped[0] == {
+        "release": "3.1.0",
+        "reason": "vllm==3.1.0: FreeKVCacheBlockQueue does not compile",
+    }
+    assert "history: 3.1.0: skipped (vllm==3.1.0: FreeKVCacheBlockQueue" in out.getvalue()
+
+
+def test_given_release_whose_class_fails_to_load_stops_the_run(releases, monkeypatch):
+    listing, _ = releases
+    _broken_at(monkeypatch, "3.1.0")
+    with pytest.raises(BenchInputError, match=r"^vllm==3\.1\.0: .*does not compile$"):
+        history.plan(["3.2.0", "3.1.0", "2.0.0"], listing=listing, progress=io.StringIO())
+
+
+def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch):
+    """3.2.0 and 3.0.0 share a version, 3.1.0 (another block class) came between."""
+    listing, _ = releases
+    inner = history._probe
+    swap = {"3.1.0": "3.0.0", "3.0.0": "3.2.0"}
+    monkeypatch.setattr(history, "_probe", lambda r, files: inner(swap.get(r, r), files))
+    out = io.StringIO()
+    found = history.plan(None, listing=listing, progress=out)
+    assert [v.releases for v in found.versions] == [
+        ["3.2.0", "3.0.0"],
+        ["3.1.0"],
+        ["2.1.0", "2.0.0"],
+    ]
+    assert [v.non_consecutive for v in found.versions] == [True, False, False]
+    assert [v["non_consecutive"] for v in found.record()["versions"]] == [True, False, False]
+    assert "history: warning: vllm==3.2.0's releases are not consecutive" in out.getvalue()
+    # The step into the version that came back names its earlier release too.
+    from kvqueue import history_report
+
+    newer, older = found.record()["versions"][:2]
+    assert history_report._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
+    assert history_report._span(newer) == "3.0.0, 3.2.0"
+    assert history_report._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
+
+
+# ------------------------------------------------------------------ report side
+
+
+def _meta(started: str, given: bool = False, cases=("alloc1", "alloc8", "mix", "remove")):
+    return {
+        "started_at": started,
+        "history": {"releases_given": given},
+        "parameters": {"cases": list(cases), "pools": [100_000]},
+    }
+
+
+def test_a_reduced_history_does_not_replace_the_full_one():
+    from types import SimpleNamespace
+
+    from kvqueue import history_report
+
+    def run(run_id, meta):
+        return SimpleNamespace(host="box", interpreter="3.11", run_id=run_id, meta=meta)
+
+    full = run("a-full", _meta("2026-01-01"))
+    given = run("b-given", _meta("2026-01-02", given=True))
+    cut = run("c-cases", _meta("2026-01-03", cases=("alloc1",)))
+    assert history_report.reduced(full.meta) == ""
+    assert history_report.reduced(given.meta) == "releases given"
+    assert history_report.reduced(cut.meta) == "cases alloc1"
+    assert history_report._headline_ids([full, given, cut]) == {"a-full"}
+    assert history_report._headline_ids([given, cut]) == {"c-cases"}  # newest reduced
+    newer_full = run("d-full", _meta("2026-01-04"))
+    assert history_report._headline_ids([full, cut, newer_full]) == {"d-full"}
+
+
+def _report_frames(change: float, significant: bool):
+    import pandas as pd
+
+    cell = {"host": "box", "interpreter": "3.11", "case": "alloc1", "pool": 100_000}
+    rows = [
+        {
+            **cell,
+            "headline": True,
+            "reduced": "releases given",
+            "version": f"vllm=={v}",
+            "order": i,
+            "first_release": v,
+            "releases": v,
+            "adapter": "",
+            "ns": ns,
+            "ns_low": ns * 0.99,
+            "ns_high": ns * 1.01,
+        }
+        for i, (v, ns) in enumerate([("0.1.0", 100.0), ("0.2.0", 100.0 * (1 + change))])
+    ]
+    steps = [
+        {
+            **cell,
+            "headline": True,
+            "from_version": "vllm==0.1.0",
+            "to_version": "vllm==0.2.0",
+            "release_range": "0.1.0 → 0.2.0",
+            "change": change,
+            "ci_low": change / 2,
+            "ci_high": change * 2,
+            "significant": significant,
+        }
+    ]
+    from types import SimpleNamespace
+
+    return SimpleNamespace(history=pd.DataFrame(rows), history_steps=pd.DataFrame(steps))
+
+
+def test_figure_labels_every_significant_step_with_its_release_range():
+    """A 1 % step whose interval excludes 0 is labelled too (no 5 % threshold)."""
+    import matplotlib.pyplot as plt
+
+    from kvqueue import history_report
+
+    fig = history_report.figure(_report_frames(0.01, significant=True))
+    assert [t.get_text() for t in fig.axes[0].texts] == ["0.1.0 → 0.2.0 +1%"]
+    plt.close(fig)
+    fig = history_report.figure(_report_frames(0.2, significant=False))
+    assert len(fig.axes[0].texts) == 0
+    plt.close(fig)
+
+
+def test_note_says_when_the_run_shown_is_reduced():
+    from kvqueue import history_report
+
+    text = history_report.note(_report_frames(0.01, significant=True))
+    assert "No full history of box / 3.11 yet: the run shown is a reduced one" in text
+    assert "(releases given)" in text
+
+
+def test_make_history_budgets_the_whole_command(monkeypatch, tmp_path):
+    """MAX_MINUTES counts from the command's start, as for make bench."""
+    import argparse
+    import os
+    import time
+
+    from kvqueue import __main__ as cli
+
+    monkeypatch.delenv(params.BUDGET_START_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(
+        history, "run_history", lambda *a, **k: seen.append(os.environ[params.BUDGET_START_ENV])
+    )
+    args = argparse.Namespace(
+        from_env=False, host="box", python=None, releases="", raw_dir=tmp_path
+    )
+    before = time.time()
+    assert cli._cmd_history(args) == 0
+    assert len(seen) == 1 and before <= float(seen[0]) <= time.time()

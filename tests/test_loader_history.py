@@ -232,3 +232,49 @@ def test_worker_times_own_blocks_and_adapted_variants(good_path):
         (c, label) for c in spec["cases"] for label in ("new", "old")
     }
     assert len(result["rows"]) == 5 * 2 * 2
+
+
+def test_worker_refuses_a_block_class_changed_since_the_gate(good_path):
+    """Block mode own times each variant's own block class: the gate's sha256 binds it."""
+    variants = loader.load_variants([str(good_path), str(HEADTAIL)], block_mode="own")
+    spec = {
+        "sources": [str(good_path), str(HEADTAIL)],
+        "labels": ["new", "old"],
+        "block_source": None,
+        "block_mode": "own",
+        "expected_sha256": {"new": variants[0].queue_src.sha256},
+        "expected_block_sha256": {"new": variants[0].block_src.sha256, "old": "0" * 64},
+        "cases": ["alloc1"],
+        "pools": [64],
+        "samples": 1,
+        "sample_ms": 0.2,
+        "epochs": 1,
+        "seed": 7,
+        "case_seed": 1,
+        "cpu": "auto",
+        "gc": "disabled",
+    }
+    with pytest.raises(SystemExit, match="old's block class changed since the validation gate"):
+        worker.run_process(spec)
+    spec["expected_block_sha256"]["old"] = variants[1].block_src.sha256
+    assert worker.run_process(spec)["rows"]
+
+
+def test_runner_passes_the_gates_block_sha256_to_the_worker(monkeypatch, good_path):
+    import sys
+
+    from kvqueue import params, runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "_run_worker", lambda py, spec, timeout: seen.update(spec))
+    p = params.make_params(host="box", python=sys.executable, variants=[str(good_path), "kvqueue"])
+    runner.run_process(p, "main", 1, 7, {"a": "q"}, {"a": "b"})
+    assert seen["expected_sha256"] == {"a": "q"} and seen["expected_block_sha256"] == {"a": "b"}
+
+
+def test_sized_check_does_not_count_skipped_draws():
+    """A class without iter_blocks_after skips ~1 draw in 10: those checked nothing."""
+    ops = 2_000
+    checked = validate.size_check(headtail(), 256, ops=ops)
+    assert 0.8 * ops < checked < ops
+    assert validate.size_check(headtail(), 256, ops=ops) == checked  # seeded

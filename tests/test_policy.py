@@ -132,8 +132,69 @@ def test_split_runs_and_ascending_runs() -> None:
 def test_registry_names_and_windows() -> None:
     assert policy.NAMES == ("lru", "contig-w1", "contig-w2", "contig-w4", "contig-w8", "contig-inf")
     assert [policy.window_of(n) for n in policy.NAMES] == [0, 1, 2, 4, 8, None]
-    with pytest.raises(KeyError):
-        policy.get("contig-w3")
+    # Any whole window a run may choose (WINDOWS=3) resolves, not only the registry's.
+    order = [20, 30, 40, 50, 60, 70, 3, 2, 1, 10, 11]
+    for name, want in (("contig-w2", [20, 30, 40]), ("contig-w3", [1, 2, 3])):
+        queue, _ = make_queue(order)
+        # n=3: window 2 sees 6 singles (popleft_n's result), window 3 reaches the run.
+        assert ids_of(policy.get(name, threshold=2)(queue, 3)) == want, name
+    for bad in ("contig-w01", "contig-w0", "contig-w", "contig-wx", "contig-w²", "mru"):
+        with pytest.raises(KeyError):
+            policy.get(bad)
+
+
+def test_variants_without_the_api_the_policy_needs_are_named() -> None:
+    assert policy.STRUCTURE_SENTINELS == loader.STRUCTURE_SENTINELS
+    for source in ("kvqueue", "vllm==0.26.0", "vllm==0.32.0"):
+        assert policy.unsupported(loader.load_variants([source])[0]) is None, source
+    no_iter = policy.unsupported(loader.load_variants(["vllm==0.25.0"])[0])
+    assert no_iter and "lacks iter_blocks_after" in no_iter
+    head_tail = policy.unsupported(loader.load_variants(["vllm==0.9.2"])[0])
+    assert head_tail and "popleft_n" in head_tail and "head-tail" in head_tail
+
+
+def test_the_check_refuses_to_pass_without_testing_the_search() -> None:
+    variant = loader.load_variants(["kvqueue"])[0]
+    largest = policy_check.CHECK_WORKLOAD.prefill_max
+    with pytest.raises(policy_check.PolicyCheckError, match="would not test the contiguous"):
+        policy_check.run_check(
+            variant.queue_cls,
+            variant.block_cls,
+            ["lru", "contig-w4"],
+            largest + 1,
+            seed=3,
+            workload=policy_check.CHECK_WORKLOAD,
+        )
+    # lru alone has no search to test: a threshold beyond every allocation is fine for it.
+    result = policy_check.run_check(
+        variant.queue_cls,
+        variant.block_cls,
+        ["lru"],
+        largest + 1,
+        seed=3,
+        workload=policy_check.CHECK_WORKLOAD,
+    )
+    assert result["policies"]["lru"]["big"] == 0
+
+
+def test_the_check_workload_scales_with_the_threshold() -> None:
+    base = policy_check.CHECK_WORKLOAD
+    assert policy_check.check_workload(1) == base == policy_check.check_workload(8)
+    w = policy_check.check_workload(24)
+    assert (w.pool, w.prefill_max, w.prefill_median) == (3 * 768, 3 * 96, 3 * 12.0)
+    assert w.problem() is None and w.steps == base.steps and w.decode_max == base.decode_max
+    capped = policy_check.check_workload(10_000)
+    assert capped.pool == policy_check.MAX_CHECK_SCALE * base.pool
+
+
+def test_a_larger_threshold_is_checked_on_larger_allocations() -> None:
+    # Threshold 24 on the unscaled check workload would leave few allocations >= 24; the
+    # scaled one gives the search as much to do as 8 does on the base workload.
+    variant = loader.load_variants(["kvqueue"])[0]
+    result = policy_check.run_check(variant.queue_cls, variant.block_cls, ["contig-w2"], 24, 5)
+    counts = result["policies"]["contig-w2"]
+    assert counts["big"] >= policy_check.MIN_BIG_ALLOCATIONS and counts["largest"] >= 24
+    assert result["workload"]["pool"] == 3 * policy_check.CHECK_WORKLOAD.pool
 
 
 def test_model_agrees_with_the_hand_made_cases() -> None:

@@ -4,16 +4,19 @@ the run folder, its seal, and the processed policy table."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kvqueue import __main__ as cli
-from kvqueue import params, policy_report, policy_run
+from kvqueue import child, params, policy_report, policy_run, policy_worker, processed, schema
+from kvqueue.params import ReportSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -111,3 +114,163 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")
     assert policy_report.read_policy_runs(raw)[0]["altered"]
     assert policy_report.analyze(raw).empty
+
+
+# ------------------------------------------------------------------ review fixes
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({"windows": "01"}, "without leading zeros"),
+        ({"windows": "1 inf ²"}, "WINDOWS takes whole numbers"),
+        ({"threshold": "600"}, "above prefill_max 512"),
+    ],
+)
+def test_more_bad_policy_input_is_one_line(given: dict, words: str) -> None:
+    with pytest.raises(params.BenchInputError, match=re.escape(words)):
+        params.policy_from_text({"host": "h", **given})
+
+
+def test_any_whole_window_is_a_policy_the_workers_resolve() -> None:
+    p = params.policy_from_text({"host": "h", "windows": "3 1000"})
+    assert p.policies == ["lru", "contig-w3", "contig-w1000"]
+    result = policy_worker.run_check_spec(
+        {"source": "kvqueue", "policies": ["lru", "contig-w3"], "threshold": 8, "seed": 2}
+    )
+    assert result["ok"] and result["policies"]["contig-w3"]["big"] >= 20
+
+
+def _no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # check_policy probes PYTHON in a subprocess; the variant check is what is tested.
+    monkeypatch.setattr(params, "check_python", lambda python: (sys.executable, {"tag": "t"}))
+
+
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [("vllm==0.25.0", "lacks iter_blocks_after"), ("vllm==0.9.2", "head-tail")],
+)
+def test_a_variant_without_the_policy_api_is_refused(
+    variant: str, words: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_probe(monkeypatch)
+    with pytest.raises(params.BenchInputError, match=re.escape(words)):
+        params.check_policy(params.policy_from_text({"host": "h", "variant": variant}))
+    raw = tmp_path / "raw"
+    code = cli.main(["policy", "--host", "h", "--variant", variant, "--raw-dir", str(raw)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0]
+    assert not raw.exists()
+
+
+def test_the_worker_refuses_a_bad_spec_in_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(child, "die_with_parent", lambda: None)
+    for policies, source, words in (
+        (["lru", "contig-w01"], "kvqueue", "unknown policy 'contig-w01'"),
+        (["lru", "contig-w4"], "vllm==0.25.0", "lacks iter_blocks_after"),
+    ):
+        spec = {"source": source, "policies": policies, "threshold": 8, "seed": 1}
+        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(spec)))
+        assert policy_worker.main(["--check"]) == 2
+        out = capsys.readouterr()
+        err = out.err.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and not out.out
+
+
+def _row(policy: str, window: str, process: int, big_blocks: int, big_ns: int) -> dict:
+    f = 1 + 0.01 * process  # processes differ a little, the paired ratios do not
+    return {
+        "policy": policy, "window": window, "order_position": 0, "allocations": 100,
+        "blocks": 1000, "runs": 500, "big_allocations": 40, "big_blocks": big_blocks,
+        "big_runs": 200 if policy == "lru" else 80, "big_blocks_in_runs": 400,
+        "big_passed_over": 0, "big_rank_excess": 0.0, "big_scanned": 0, "admitted": 10,
+        "completed": 9, "prefill_blocks": 1000, "hit_blocks": 100,
+        "ns_total": round(100_000 * f), "big_ns_total": round(big_ns * f),
+    }  # fmt: skip
+
+
+def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Path:
+    record = {
+        "kind": "policy", "run_id": run_id, "host": "h", "status": "running",
+        "started_at": f"2026-01-01T00:00:0{run_id[-1]}+00:00",
+        "parameters": {"variant": variant, "threshold": 8},
+        "policies": ["lru", "contig-w1", "contig-inf"],
+        "python": {"implementation": "CPython", "version": "3.11.0"},
+        "variants": [{"source": variant}],
+        "processes_planned": {"main": processes}, "processes_completed": {"main": 0},
+        "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
+        "machine": {}, "seeds": {}, "project": {},
+    }  # fmt: skip
+    writer = policy_run.PolicyRunWriter(raw / "h" / run_id, record)
+    for k in range(1, processes + 1):
+        # contig takes 1.5x the blocks per >= 8 allocation of lru (other prefix hits) in
+        # 1.2x the time: slower per allocation, faster per block.
+        rows = [
+            _row("lru", "0", k, 800, 80_000),
+            _row("contig-w1", "1", k, 1200, 96_000),
+            _row("contig-inf", "inf", k, 1200, 120_000),
+        ]
+        writer.add_process(k, rows, {"process": k})
+    writer.save("complete")
+    return writer.dir
+
+
+def _metric(table, name: str, metric: str) -> float:
+    hit = table[(table["policy"] == name) & (table["metric"] == metric)]
+    assert len(hit) == 1, (name, metric)
+    return float(hit["estimate"].iloc[0])
+
+
+def test_time_per_block_pairs_allocations_of_other_sizes(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _policy_run(raw, "r1", "kvqueue")
+    table = policy_report.analyze(raw)
+    assert _metric(table, "contig-w1", "big_ns_ratio") == pytest.approx(1.2)
+    assert _metric(table, "contig-w1", "big_block_ns_ratio") == pytest.approx(0.8)
+    assert _metric(table, "lru", "ns_per_big_block") == pytest.approx(100 * 1.03)
+    shown = policy_report.display_table(SimpleNamespace(policy=table))
+    cells = [c.split()[0] for c in shown["≥8 time per block × lru"]]
+    assert list(shown["policy"]) == ["lru", "contig-w1", "contig-inf"]
+    assert cells == ["1.00", "0.80", "1.00"]
+
+
+def test_a_policy_run_that_differs_from_its_commit_is_left_out(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _policy_run(raw, "r1", "kvqueue")
+    assert not policy_report.analyze(raw, git_states={"h/r1": "committed"}).empty
+    # Edited and re-sealed (digests recomputed): only git can tell.
+    assert policy_report.analyze(raw, git_states={"h/r1": "modified"}).empty
+    runs = policy_report.with_git_state(policy_report.read_policy_runs(raw), {"h/r1": "modified"})
+    assert runs[0]["rows"] is None and "git" in runs[0]["altered"]
+
+
+def test_processed_build_passes_git_states_to_the_policy_table(tmp_path, monkeypatch) -> None:
+    seen = {}
+    original = policy_report.analyze
+
+    def fake(raw_dir, settings=None, git_states=None):
+        seen["git"] = git_states
+        return original(raw_dir, settings, git_states)
+
+    monkeypatch.setattr(processed, "git_states", lambda raw_dir: {"h/r1": "modified"})
+    monkeypatch.setattr(policy_report, "analyze", fake)
+    raw = tmp_path / "raw"
+    _policy_run(raw, "r1", "kvqueue")
+    data = processed.build(raw, tmp_path / "processed")
+    assert seen["git"] == {"h/r1": "modified"} and data.policy.empty
+
+
+def test_the_figure_draws_one_line_per_variant(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _policy_run(raw, "r1", "kvqueue")
+    _policy_run(raw, "r2", "vllm==0.32.0")
+    data = SimpleNamespace(policy=policy_report.analyze(raw), settings=ReportSettings())
+    fig = policy_report.figure(data)
+    for ax in fig.axes:
+        lines = [c.lines[0] for c in ax.containers]
+        assert len(lines) == 2  # one per headline run, not one per host x interpreter
+        for line in lines:
+            xs = list(line.get_xdata())
+            assert len(xs) == 2 and xs == sorted(xs)  # contig-w1, contig-inf: no zig-zag
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert sorted(labels) == ["h · CPython 3.11.0 · kvqueue", "h · CPython 3.11.0 · vllm==0.32.0"]

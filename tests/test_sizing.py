@@ -99,8 +99,9 @@ def test_only_the_reports_comparisons_are_sized() -> None:
 def test_the_caps_bind_and_say_which() -> None:
     wide = _rows(0.05, 11)
     assert _size(wide).capped_by == "max_processes" and _size(wide).planned == 41
-    by_time = _size(wide, max_minutes=0.5)  # 30 s: 10 spent, 5 after, 1 s per process
-    assert by_time.capped_by == "max_minutes" and by_time.planned == 11 + 15
+    # 30 s: 10 spent, 5 after, 10 kept to finish, 1 s per process
+    by_time = _size(wide, max_minutes=0.5)
+    assert by_time.capped_by == "max_minutes" and by_time.planned == 11 + 5
 
 
 def test_no_target_means_the_pilot_is_the_run() -> None:
@@ -160,3 +161,39 @@ def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> N
     assert runner._seconds_since_launch(now=1025.5) == 0.0
     monkeypatch.delenv(params.BUDGET_START_ENV)
     assert runner._seconds_since_launch(now=1025.5) == 0.0
+
+
+def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
+    """Consecutive versions (newer, older) on alloc8 too; the bench pairs fall back to
+    every version against the newest on the headline cases only."""
+    record = {
+        "kind": "history",
+        "history": {"versions": [{"label": "c"}, {"label": "b"}, {"label": "a"}]},
+        "parameters": {"cases": ["alloc1", "alloc8"]},
+    }
+    pairs, cases = runner.history_sizing(record)
+    assert pairs == (("c", "b"), ("b", "a")) and cases == ("alloc1", "alloc8")
+    assert runner.history_sizing({"parameters": {"cases": ["alloc8"]}}) == (
+        params.DEFAULT_PAIRS,
+        sizing.HEADLINE_CASES,
+    )
+    rows = []
+    for pr in range(1, 12):
+        for variant, ns in (("c", 50.0 + pr), ("b", 80.0), ("a", 100.0)):
+            rows.append([pr, "main", "alloc8", 2048, variant, 0, 0, 1, 1, 1, ns, 0])
+    s = sizing.size_run(
+        rows,
+        ["c", "b", "a"],
+        [],
+        pilot=11,
+        precision_pp=0.5,
+        max_processes=41,
+        max_minutes=5.0,
+        seconds_per_process=1.0,
+        seconds_spent=0.0,
+        seconds_after=0.0,
+        pairs=pairs,
+        cases=cases,
+    )
+    assert set(s.required) == {"alloc8/2048 c vs b", "alloc8/2048 b vs a"}
+    assert s.record()["cases"] == ["alloc1", "alloc8"]
