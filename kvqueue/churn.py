@@ -1,5 +1,4 @@
-"""A seeded serving-like churn workload over one free-block queue (docs/design.md,
-"Allocation policies").
+"""A seeded serving-like churn workload over one free-block queue (docs/design.md §12).
 
 It fragments the free queue the way a serving engine does, so that allocation policies
 can be compared on a realistic queue state:

@@ -252,9 +252,11 @@ def note(data: Any) -> str:
     head = versions[versions["headline"].astype(bool)]
     n_versions = head.groupby(["host", "interpreter"])["version"].nunique()
     adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
+    lo, hi = n_versions.min(), n_versions.max()
+    count = f"{lo}" if lo == hi else f"{lo}–{hi}"
     text = (
         f"Each distinct (queue class, block class) version of the vLLM releases, "
-        f"{n_versions.min()}–{n_versions.max()} per interpreter, timed in every process "
+        f"{count} per interpreter, timed in every process "
         "of one paired run per interpreter on the release's own `KVCacheBlock` (block "
         "mode `own`: 0.9.x's dataclass equality is part of its cost). Paired: every "
         "version against the newest, and every step against its predecessor, as "

@@ -1,4 +1,4 @@
-"""Allocation policies over a ``FreeKVCacheBlockQueue`` (docs/design.md, "Allocation policies").
+"""Allocation policies over a ``FreeKVCacheBlockQueue`` (docs/design.md §12).
 
 A *policy* is ``policy(queue, n) -> list of n blocks``: it takes ``n`` free blocks out of
 the queue and returns them in the order the caller maps them to logical positions.

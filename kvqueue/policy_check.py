@@ -1,4 +1,4 @@
-"""Validation of allocation policies by invariants (docs/design.md, "Allocation policies").
+"""Validation of allocation policies by invariants (docs/design.md §12).
 
 A policy returns different blocks than ``popleft_n`` by design, so the bench gate
 (equality with the baseline) cannot judge it. Instead, every allocation of the churn

@@ -1,5 +1,5 @@
 """Policy runs → the processed ``policy`` table, its display table, figure and paragraph
-(docs/design.md, "Allocation policies").
+(docs/design.md §12).
 
 Reading (:func:`read_policy_runs`) is as strict as :mod:`kvqueue.rawdata`: a malformed
 ``run.json`` or ``policy.csv`` is a :class:`kvqueue.rawdata.RawDataError` (one line
@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats as sps
 
-from kvqueue import analysis, rawdata, schema, stats
+from kvqueue import analysis, policy_run, rawdata, schema, stats
 from kvqueue.params import ReportSettings
 
 KIND = "policy"
@@ -68,28 +68,8 @@ _INT_COLUMNS = (
     "ns_total",
     "big_ns_total",
 )
-COLUMNS = (
-    "process",
-    "policy",
-    "window",
-    "order_position",
-    "allocations",
-    "blocks",
-    "runs",
-    "big_allocations",
-    "big_blocks",
-    "big_runs",
-    "big_blocks_in_runs",
-    "big_passed_over",
-    "big_rank_excess",
-    "big_scanned",
-    "admitted",
-    "completed",
-    "prefill_blocks",
-    "hit_blocks",
-    "ns_total",
-    "big_ns_total",
-)
+#: ``policy.csv`` header: written by :mod:`kvqueue.policy_run`, one definition.
+COLUMNS = policy_run.COLUMNS
 T_INTERVAL = "student-t"
 LOG_T_INTERVAL = "student-t (log scale)"
 #: metric -> (label, how its interval is formed).

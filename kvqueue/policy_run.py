@@ -1,4 +1,4 @@
-"""One policy run: ``make policy HOST=...`` (docs/design.md, "Allocation policies").
+"""One policy run: ``make policy HOST=...`` (docs/design.md §12).
 
 The machine lock, the invariant check in the measured interpreter, then one worker
 process (:mod:`kvqueue.policy_worker`) at a time, each writing its rows into

@@ -1,4 +1,4 @@
-"""One process of a policy run (docs/design.md, "Allocation policies").
+"""One process of a policy run (docs/design.md §12).
 
 Run as ``PYTHON -m kvqueue.policy_worker`` with a JSON spec on stdin; prints one JSON
 result on stdout. ``--check`` runs the invariant check (:mod:`kvqueue.policy_check`)

@@ -283,8 +283,8 @@ def test_failed_worker_marks_the_run_failed(tmp_path, monkeypatch):
     the folder stays, marked ``failed`` with the reason, holding only whole processes."""
     real_gate = runner.run_gate
 
-    def gate_with_wrong_sha(params):
-        results = real_gate(params)
+    def gate_with_wrong_sha(params, **kwargs):
+        results = real_gate(params, **kwargs)
         return [{**r, "sha256": "0" * 64} if r["label"] != "kvqueue" else r for r in results]
 
     monkeypatch.setattr(runner, "run_gate", gate_with_wrong_sha)
