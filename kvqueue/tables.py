@@ -702,6 +702,7 @@ _RUNS_HEADERS = {
 #: (processes, samples, commit, use) or that other tables show (the environment
 #: table, the methods paragraph, the reproduce commands).
 _RUNS_SHOWN_ELSEWHERE = {
+    "make_args",  # the reproduce commands
     "included",
     "headline",
     "note",
