@@ -145,7 +145,7 @@ def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> P
             raise BenchError(f"{exc.ename}: {exc.evalue or 'no message'}") from None
         except DeadKernelError:
             # kill -9 of the kernel (or the runner in it): nobody else can close the run.
-            if runfiles.mark_dead(run_dir, "the notebook's kernel died", _now()):
+            if runfiles.mark_dead(run_dir, "the notebook's kernel died", runfiles.now()):
                 raise BenchError(
                     f"the notebook's kernel died; {run_dir} is marked failed"
                 ) from None
@@ -194,12 +194,6 @@ def _quiet_kernel_logs() -> Iterator[None]:
     finally:
         for n, level in levels.items():
             logging.getLogger(n).setLevel(level)
-
-
-def _now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # ------------------------------------------------------------------ parameters cells

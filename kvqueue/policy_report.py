@@ -49,27 +49,10 @@ from kvqueue.params import ReportSettings
 KIND = "policy"
 POLICY_CSV = "policy.csv"
 LRU = "lru"
-_INT_COLUMNS = (
-    "process",
-    "order_position",
-    "allocations",
-    "blocks",
-    "runs",
-    "big_allocations",
-    "big_blocks",
-    "big_runs",
-    "big_blocks_in_runs",
-    "big_passed_over",
-    "big_scanned",
-    "admitted",
-    "completed",
-    "prefill_blocks",
-    "hit_blocks",
-    "ns_total",
-    "big_ns_total",
-)
 #: ``policy.csv`` header: written by :mod:`kvqueue.policy_run`, one definition.
 COLUMNS = policy_run.COLUMNS
+#: Columns of whole numbers: every column but the names and the mean age-rank excess.
+_INT_COLUMNS = tuple(c for c in COLUMNS if c not in ("policy", "window", "big_rank_excess"))
 T_INTERVAL = "student-t"
 LOG_T_INTERVAL = "student-t (log scale)"
 #: metric -> (label, how its interval is formed).

@@ -20,7 +20,6 @@ is ``running`` until the last process, then ``complete`` (``interrupted`` on Ctr
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 import os
@@ -41,10 +40,6 @@ COLUMNS = ("process", *ROW_KEYS)
 #: Seed of the invariant check (fixed, like the bench gate's).
 CHECK_SEED = 20261129
 CHECK_TIMEOUT = 600.0
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:
@@ -162,7 +157,7 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
         "run_id": run_id,
         "host": p.host,
         "status": "running",
-        "started_at": _now(),
+        "started_at": runfiles.now(),
         "ended_at": None,
         "machine": hostinfo.machine_info(),
         "python": py,
@@ -197,7 +192,7 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
         file=sys.stderr,
         flush=True,
     )
-    try:
+    with runfiles.closing_run(writer, f"interrupted: {writer.dir} is marked incomplete"):
         for number, seed in enumerate(seeds, start=1):
             spec = {
                 "source": p.variant,
@@ -232,19 +227,6 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
                 file=sys.stderr,
                 flush=True,
             )
-    except KeyboardInterrupt:
-        writer.record["ended_at"] = _now()
-        writer.save("interrupted")
-        print(f"interrupted: {writer.dir} is marked incomplete", file=sys.stderr)
-        raise
-    except BaseException as exc:
-        writer.record["ended_at"] = _now()
-        writer.record["error"] = f"{type(exc).__name__}: {exc}"
-        writer.save("failed")
-        raise
-    writer.record["ended_at"] = _now()
-    writer.record["machine"]["load_avg_end"] = hostinfo.load_average()
-    writer.save("complete")
     print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return writer.dir
 

@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime as dt
 import hashlib
 import io
 import json
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import schema
+from kvqueue import hostinfo, schema
+
+
+def now() -> str:
+    """The current UTC time as ``run.json`` records it (ISO 8601, whole seconds)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -116,6 +123,31 @@ class RunWriter:
             "rows": len(self.rows),
         }
         write_run_json(self.dir, self.record)
+
+
+@contextlib.contextmanager
+def closing_run(writer: RunWriter, interrupted: str) -> Iterator[None]:
+    """Close ``writer``'s run as the body ends, the one way every kind of run ends.
+
+    Ctrl-C: ``interrupted`` (printing ``interrupted`` to stderr); any other exception:
+    ``failed`` with the error; else ``complete`` with the load average at the end. Each
+    records ``ended_at``; the exception is raised again.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        writer.record["ended_at"] = now()
+        writer.save("interrupted")
+        print(interrupted, file=sys.stderr)
+        raise
+    except BaseException as exc:
+        writer.record["ended_at"] = now()
+        writer.record["error"] = f"{type(exc).__name__}: {exc}"
+        writer.save("failed")
+        raise
+    writer.record["ended_at"] = now()
+    writer.record["machine"]["load_avg_end"] = hostinfo.load_average()
+    writer.save("complete")
 
 
 def write_run_json(run_dir: Path, record: dict[str, Any]) -> None:

@@ -17,7 +17,6 @@ The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import itertools
 import json
 import os
@@ -30,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import child, hostinfo, schema, sizing, validate
+from kvqueue import child, hostinfo, runfiles, schema, sizing, validate
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.params import (
     BUDGET_START_ENV,
@@ -53,10 +52,6 @@ WORKER_SECONDS_BASE = 120.0
 #: One bench at a time per machine: a second timing job on these 2-vCPU VMs slows a
 #: pinned benchmark by up to a third, and both runs would be recorded as complete.
 LOCK_ENV = "KVQUEUE_LOCK_FILE"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _worker_env() -> dict[str, str]:
@@ -154,7 +149,7 @@ def machine_lock(what: str) -> Iterator[None]:
             ) from None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"pid {os.getpid()}, {what}, since {_now()}")
+        fh.write(f"pid {os.getpid()}, {what}, since {runfiles.now()}")
         fh.flush()
         yield
     finally:
@@ -369,7 +364,7 @@ def _run_locked(
         "run_id": run_id,
         "host": params.host,
         "status": "running",
-        "started_at": _now(),
+        "started_at": runfiles.now(),
         "ended_at": None,
         "machine": machine,
         "python": py,
@@ -435,7 +430,8 @@ def _run_locked(
         file=sys.stderr,
     )
     sized = False
-    try:
+    interrupted = f"interrupted: {writer.dir} keeps the completed processes, marked incomplete"
+    with runfiles.closing_run(writer, interrupted):
         done = 0
         while True:
             if not sized and done == params.processes:  # the pilot is complete
@@ -479,22 +475,6 @@ def _run_locked(
                 file=sys.stderr,
                 flush=True,
             )
-    except KeyboardInterrupt:
-        writer.record["ended_at"] = _now()
-        writer.save("interrupted")
-        print(
-            f"interrupted: {writer.dir} keeps the completed processes, marked incomplete",
-            file=sys.stderr,
-        )
-        raise
-    except BaseException as exc:
-        writer.record["ended_at"] = _now()
-        writer.record["error"] = f"{type(exc).__name__}: {exc}"
-        writer.save("failed")
-        raise
-    writer.record["ended_at"] = _now()
-    writer.record["machine"]["load_avg_end"] = hostinfo.load_average()
-    writer.save("complete")
     print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return writer.dir
 
