@@ -128,7 +128,7 @@ RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
 RAW_FOLDERS  := $(wildcard data/raw) $(wildcard data/raw/*/) $(wildcard data/raw/*/*/)
 # And git's index: the report shows whether each run is committed and unmodified.
 GIT_STATE    := $(wildcard .git/index .git/HEAD)
-REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvqueue/*.py) \
+REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvqueue/*.py kvqueue/*/*.py) \
                 notebooks/report.ipynb
 REPORT_HTML  := reports/report.html
 

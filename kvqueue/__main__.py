@@ -53,7 +53,9 @@ class _OneLineParser(argparse.ArgumentParser):
 def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
-    from kvqueue import child, loader, validate
+    from kvqueue import child
+    from kvqueue.gate import gate
+    from kvqueue.sources import loader
 
     child.die_with_parent()  # when started by the runner (a no-op by hand)
     if sys.flags.optimize:
@@ -86,7 +88,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except loader.SourceError as exc:
         print(f"kvqueue validate: {exc}", file=sys.stderr)
         return 2
-    results = validate.gate(
+    results = gate.gate(
         variants, ops=args.ops, seed=args.seed, sizes=args.sizes, invalid=args.invalid_ops
     )
     if args.json:
@@ -130,19 +132,17 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
-    from kvqueue import validate
+    from kvqueue.gate import gate
 
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help=_SOURCES_HELP)
     p.add_argument(
         "--ops",
         type=int,
-        default=validate.DEFAULT_OPS,
+        default=gate.DEFAULT_OPS,
         help="random operations per variant (default %(default)s)",
     )
-    p.add_argument(
-        "--seed", type=int, default=validate.DEFAULT_SEED, help="seed (default %(default)s)"
-    )
+    p.add_argument("--seed", type=int, default=gate.DEFAULT_SEED, help="seed (default %(default)s)")
     p.add_argument(
         "--block-source",
         default=None,
@@ -164,9 +164,9 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sizes",
         type=_sizes,
-        default=validate.DEFAULT_SIZES,
+        default=gate.DEFAULT_SIZES,
         help="queue sizes of the timed-size model check, space or comma separated "
-        f"(default {' '.join(map(str, validate.DEFAULT_SIZES))})",
+        f"(default {' '.join(map(str, gate.DEFAULT_SIZES))})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
@@ -249,13 +249,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         checked = params.check(_bench_params(args))  # the one place input is checked
         run_id = schema.new_run_id(checked.python["tag"])
         if args.no_notebook:
-            from kvqueue import runner
+            from kvqueue.bench import runner
 
             runner.run_bench(checked, raw_dir, run_id)
         else:
-            from kvqueue import notebook_run
+            from kvqueue.bench import notebook
 
-            notebook_run.run_bench_notebook(checked, raw_dir, run_id)
+            notebook.run_bench_notebook(checked, raw_dir, run_id)
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
         return _exit_status("make bench", exc)
     return 0
@@ -296,7 +296,7 @@ def _cmd_quick(args: argparse.Namespace) -> int:
         else:
             texts = {n: getattr(args, n) for n in names}
         given = params.parse_texts({n: texts[n] for n in names})
-        from kvqueue import quick
+        from kvqueue.bench import quick
 
         quick.run_quick(quick.quick_params(given))
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
@@ -311,7 +311,7 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "history",
         help="time every distinct queue version of vLLM's releases into data/raw/<host>/",
-        description="A bench run over vLLM's release history (kvqueue.history): every "
+        description="A bench run over vLLM's release history (kvqueue.history.collect): every "
         "release from the first with the V1 free-block queue to the newest (or RELEASES), "
         "each distinct class version once, own block classes, paired protocol. Reads the "
         "bench variables from the environment (how `make history` passes them).",
@@ -330,22 +330,24 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from kvqueue import history
+    from kvqueue.history import collect as history_collect
 
     # MAX_MINUTES budgets the whole command: the release listing and fetches included.
     os.environ[params.BUDGET_START_ENV] = repr(time.time())
     try:
         if args.from_env:
             texts = params.environment_texts(os.environ)
-            releases_text = os.environ.get(history.RELEASES_ENV, "")
+            releases_text = os.environ.get(history_collect.RELEASES_ENV, "")
             raw_text = os.environ.get(params.ENV_PREFIX + "RAW_DIR", "")
         else:
             texts = {f.name: None for f in params.bench_fields()}
             texts.update(host=args.host, python=args.python)
             releases_text, raw_text = args.releases or "", ""
         raw_dir = Path(args.raw_dir or raw_text or params.resolve_in_repo("data/raw")).resolve()
-        bench = history.history_params(texts)
-        history.run_history(bench, history.releases_from_text(releases_text), raw_dir)
+        bench = history_collect.history_params(texts)
+        history_collect.run_history(
+            bench, history_collect.releases_from_text(releases_text), raw_dir
+        )
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
         return _exit_status("make history", exc)
     return 0
@@ -382,7 +384,8 @@ def _add_policy(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    from kvqueue import policy_run, schema
+    from kvqueue import schema
+    from kvqueue.policy import collect as policy_collect
 
     names = [f.name for f in params.policy_fields()]
     try:
@@ -401,7 +404,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
         checked, info = params.check_policy(params.policy_from_text(texts))
         run_id = schema.new_run_id(info["tag"])
-        policy_run.run_policy(checked, info, raw_dir, run_id)
+        policy_collect.run_policy(checked, info, raw_dir, run_id)
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
         return _exit_status("make policy", exc)
     return 0
@@ -445,14 +448,14 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvqueue import render
+    from kvqueue.report import build
 
     values = {f.name: getattr(args, f.name) for f in fields(params.ReportSettings)}
     if values["pairs"] is None:
         values.pop("pairs")
     settings = params.ReportSettings.from_dict(values)
     # Given paths are relative to the current folder, as on any command line.
-    return render.report(
+    return build.report(
         raw_dir=args.raw_dir.resolve(),
         processed_dir=args.processed_dir.resolve(),
         out=args.out.resolve(),
@@ -465,9 +468,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_sync_notebooks(_args: argparse.Namespace) -> int:
-    from kvqueue import notebook_run
+    from kvqueue.bench import notebook
 
-    changed = notebook_run.sync_parameters_cells()
+    changed = notebook.sync_parameters_cells()
     for path in changed:
         print(f"rewrote the parameters cell of {path}")
     if not changed:

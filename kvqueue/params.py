@@ -25,8 +25,10 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvqueue import cases, hostinfo, loader, schema
+from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchInputError
+from kvqueue.sources import loader
+from kvqueue.subject import cases
 
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -204,7 +206,7 @@ QUICK_OVERRIDES: dict[str, Any] = {
 }
 
 
-#: Defaults of ``make quick`` (the A/B loop of :mod:`kvqueue.quick`): about 15 s on a
+#: Defaults of ``make quick`` (the A/B loop of :mod:`kvqueue.bench.quick`): about 15 s on a
 #: 2-vCPU VM for two variants and three cases, the gate (~1 s per variant) included;
 #: 9 processes x 5 samples took 10 s and gave CIs of about ±1 pp on alloc1.
 QUICK_LOOP_DEFAULTS: dict[str, Any] = {
@@ -654,7 +656,7 @@ class ReportSettings:
         return out
 
     def bootstrap(self) -> dict[str, Any]:
-        """Keyword arguments for the :mod:`kvqueue.stats` bootstrap functions."""
+        """Keyword arguments for the :mod:`kvqueue.analysis.stats` bootstrap functions."""
         return {
             "confidence": self.confidence,
             "resamples": self.resamples,
@@ -804,7 +806,7 @@ DEFAULT_WINDOWS = ("1", "2", "4", "8", "inf")
 class PolicyParams:
     """Everything that defines a policy run (``make policy``; recorded in ``run.json``).
 
-    The workload fields are those of :class:`kvqueue.churn.Workload` (same names).
+    The workload fields are those of :class:`kvqueue.policy.churn.Workload` (same names).
     """
 
     host: str = _param("", "HOST", "label of this machine: a folder under data/raw (required)")
@@ -868,7 +870,7 @@ class PolicyParams:
         return ["lru", *(f"contig-{'inf' if w == 'inf' else 'w' + w}" for w in self.windows)]
 
     def workload(self) -> dict[str, Any]:
-        """The workload fields as a dict (``kvqueue.churn.Workload(**...)``)."""
+        """The workload fields as a dict (``kvqueue.policy.churn.Workload(**...)``)."""
         return {name: getattr(self, name) for name in self.WORKLOAD_FIELDS}
 
     def record(self) -> dict[str, Any]:
@@ -921,7 +923,7 @@ def check_policy_values(p: PolicyParams) -> None:
     BenchInputError
         On the first bad value.
     """
-    from kvqueue import churn, policy  # stdlib; imported here to keep params' imports small
+    from kvqueue.policy import churn, policies
 
     check_host(p.host)
     if not p.python:
@@ -939,7 +941,7 @@ def check_policy_values(p: PolicyParams) -> None:
     _no_duplicates("windows", p.windows)
     for name in p.policies:
         try:
-            policy.get(name)  # the check child and the workers resolve names the same way
+            policies.get(name)  # the check child and the workers resolve names the same way
         except KeyError as exc:
             raise BenchInputError(f"WINDOWS: {exc.args[0]}") from None
     if not _whole(p.threshold) or not 1 <= p.threshold <= 10_000:
@@ -985,7 +987,7 @@ def check_policy(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:
     tuple
         The parameters with ``python`` resolved, and the interpreter's identity.
     """
-    from kvqueue import policy
+    from kvqueue.policy import policies
 
     check_policy_values(p)
     path, info = check_python(p.python)
@@ -994,7 +996,7 @@ def check_policy(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:
         (variant,) = loader.load_variants([p.variant])
     except loader.SourceError as exc:
         raise BenchInputError(f"variant '{p.variant}': {exc}") from None
-    problem = policy.unsupported(variant)
+    problem = policies.unsupported(variant)
     if problem:
         raise BenchInputError(f"variant '{p.variant}': {problem}")
     return p, info

@@ -236,8 +236,8 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "included": _B,
         "headline": _B,
         "note": _S,
-        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.rawdata)
-        "git_state": _S,  # committed | modified | untracked | no git (kvqueue.processed)
+        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.analysis.rawdata)
+        "git_state": _S,  # committed | modified | untracked | no git (kvqueue.report.processed)
         "protocol": _S,  # full | quick (smoke run) | too few processes | reduced (...)
         "warnings": _S,  # host label on several CPU models; a release with two digests
         "schema_version": _I,  # the run's raw-data format (older runs keep theirs)
@@ -365,7 +365,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_low": _F,
         "ci_high": _F,
     },
-    # Policy runs (kind "policy"; kvqueue.policy_report): one row per run, policy, metric.
+    # Policy runs (kind "policy"; kvqueue.policy.report): one row per run, policy, metric.
     "policy": {
         "host": _S,
         "interpreter": _S,
@@ -376,13 +376,13 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
         "n_processes": _I,
-        "metric": _S,  # a key of kvqueue.policy_report.METRICS
+        "metric": _S,  # a key of kvqueue.policy.report.METRICS
         "estimate": _F,
         "ci_low": _F,
         "ci_high": _F,
         "ci_method": _S,
     },
-    # History runs (kind "history"; kvqueue.history_report): one row per run, cell and
+    # History runs (kind "history"; kvqueue.history.report): one row per run, cell and
     # version, oldest version first (order 0).
     "history": {
         "host": _S,

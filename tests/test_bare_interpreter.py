@@ -20,21 +20,21 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Modules that run under the measured interpreter (and what they import).
 BARE_MODULES = (
-    "kvqueue.worker",
-    "kvqueue.cases",
-    "kvqueue.loader",
-    "kvqueue.upstream",
-    "kvqueue.validate",
+    "kvqueue.bench.worker",
+    "kvqueue.subject.cases",
+    "kvqueue.sources.loader",
+    "kvqueue.sources.upstream",
+    "kvqueue.gate.gate",
     "kvqueue.__main__",
     "kvqueue.params",
-    "kvqueue.runner",
-    "kvqueue.runfiles",
+    "kvqueue.bench.runner",
+    "kvqueue.bench.runfiles",
     "kvqueue.child",
-    "kvqueue.policy",
-    "kvqueue.churn",
-    "kvqueue.policy_check",
-    "kvqueue.policy_worker",
-    "kvqueue.policy_run",
+    "kvqueue.policy.policies",
+    "kvqueue.policy.churn",
+    "kvqueue.policy.check",
+    "kvqueue.policy.worker",
+    "kvqueue.policy.collect",
 )
 
 

@@ -35,7 +35,9 @@ from benchutil import (
 )
 
 from kvqueue import __main__ as cli
-from kvqueue import loader, schema, validate
+from kvqueue import schema
+from kvqueue.gate import gate
+from kvqueue.sources import loader
 
 #: Every test here starts worker, gate or CLI processes.
 pytestmark = pytest.mark.slow
@@ -212,7 +214,7 @@ def test_broken_fixture_has_exactly_one_bug(tmp_path, broken_queue):
     fixed.write_text(fixed_queue_text(), encoding="utf-8")
     for path, verdict in ((broken_queue, False), (fixed, True)):
         variants = loader.load_variants(["kvqueue", str(path)])
-        results = validate.gate(variants, ops=3_000)
+        results = gate.gate(variants, ops=3_000)
         assert [r.ok for r in results] == [True, verdict], results[1].error
 
 

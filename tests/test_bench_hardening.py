@@ -25,7 +25,9 @@ from benchutil import (
     tree,
 )
 
-from kvqueue import notebook_run, params, rawdata, runner, schema
+from kvqueue import params, schema
+from kvqueue.analysis import rawdata
+from kvqueue.bench import notebook, runner
 from kvqueue.errors import BenchError, BenchInputError
 
 pytestmark = pytest.mark.slow
@@ -212,7 +214,7 @@ def test_kill_9_of_the_kernel_marks_the_run_failed_in_one_line(tmp_path: Path) -
                 )
             time.sleep(0.05)
         assert kernel is not None, log.read_text()
-        workers = [p for p in _descendants(kernel) if "kvqueue.worker" in _cmdline(p)]
+        workers = [p for p in _descendants(kernel) if "kvqueue.bench.worker" in _cmdline(p)]
         os.kill(kernel, signal.SIGKILL)
         code = proc.wait(timeout=60)
     finally:
@@ -242,7 +244,7 @@ def test_a_colliding_run_id_never_files_its_notebook_into_the_other_run(tmp_path
     before = {p.name: p.read_bytes() for p in winner.iterdir()}
     checked = params.check(_tiny())
     with pytest.raises(BenchError, match="exists already; nothing was written"):
-        notebook_run.run_bench_notebook(checked, raw, winner.name)
+        notebook.run_bench_notebook(checked, raw, winner.name)
     assert {p.name: p.read_bytes() for p in winner.iterdir()} == before
 
 

@@ -1,4 +1,4 @@
-"""The churn workload (kvqueue/churn.py): seeded, paired across policies, vLLM's free
+"""The churn workload (kvqueue/policy/churn.py): seeded, paired across policies, vLLM's free
 order, prefix hits from mid-queue, fragmentation after warm-up."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from kvqueue import churn, policy, policy_check
-from kvqueue.block import KVCacheBlock
-from kvqueue.fast import FreeKVCacheBlockQueue
+from kvqueue.policy import check as policy_check
+from kvqueue.policy import churn, policies
+from kvqueue.subject.block import KVCacheBlock
+from kvqueue.subject.ours import FreeKVCacheBlockQueue
 
 SMALL = dataclasses.replace(policy_check.CHECK_WORKLOAD, steps=300)
 
@@ -17,7 +18,7 @@ SMALL = dataclasses.replace(policy_check.CHECK_WORKLOAD, steps=300)
 def build(workload: churn.Workload = SMALL, seed: int = 5, name: str = "lru", log=None):
     blocks = [KVCacheBlock(block_id=i) for i in range(workload.pool)]
     queue = FreeKVCacheBlockQueue(blocks)
-    chosen = policy.get(name)
+    chosen = policies.get(name)
 
     def alloc(n: int) -> list:
         got = chosen(queue, n)
@@ -85,9 +86,9 @@ def test_prefix_hits_remove_cached_blocks_from_the_middle_of_the_queue() -> None
 
 def test_warm_up_fragments_the_queue() -> None:
     sim, queue = build(dataclasses.replace(SMALL, steps=1))
-    fresh = policy.ascending_runs(policy_check.free_ids(queue))
+    fresh = policies.ascending_runs(policy_check.free_ids(queue))
     sim.run(400)
-    after = policy.ascending_runs(policy_check.free_ids(queue))
+    after = policies.ascending_runs(policy_check.free_ids(queue))
     assert len(fresh) == 1
     assert len(after) > 20
 

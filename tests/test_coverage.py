@@ -1,4 +1,4 @@
-"""Coverage measurement (kvqueue.coverage): simulation pieces and real A/A counting."""
+"""Coverage measurement (kvqueue.analysis.coverage): simulation pieces and real A/A counting."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvqueue import coverage, stats
+from kvqueue.analysis import coverage, stats
 
 # ---------------------------------------------------------------------------------------
 # simulation

@@ -16,8 +16,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvqueue.block import KVCacheBlock
-from kvqueue.fast import FloorKVCacheBlockQueue, FreeKVCacheBlockQueue
+from kvqueue.subject.block import KVCacheBlock
+from kvqueue.subject.ours import FloorKVCacheBlockQueue, FreeKVCacheBlockQueue
 
 POOL = 10
 

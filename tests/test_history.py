@@ -1,4 +1,4 @@
-"""The release history's plan (kvqueue.history): which releases, which distinct versions,
+"""The release history's plan (kvqueue.history.collect): which releases, which distinct versions,
 what is skipped and why, and the bench parameters of a history run.
 
 The releases are stand-ins: ``history._probe`` is replaced by a function that loads
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import history, loader, params, upstream
+from kvqueue import params
 from kvqueue.errors import BenchInputError
+from kvqueue.history import collect as history_collect
+from kvqueue.sources import loader, upstream
 
 QUEUES = Path(__file__).resolve().parent / "queues"
 GOOD = QUEUES / "good.py"
@@ -52,7 +54,7 @@ def releases(monkeypatch, tmp_path):
         (variant,) = loader.load_variants([str(paths[_SOURCE[release]])], block_mode="own")
         return variant
 
-    monkeypatch.setattr(history, "_probe", probe)
+    monkeypatch.setattr(history_collect, "_probe", probe)
     listing = {v: [] for v in [*_SOURCE, *_OLD, "1.0.0", "3.3.0rc1"]}
     return listing, probed
 
@@ -60,7 +62,7 @@ def releases(monkeypatch, tmp_path):
 def test_plan_groups_releases_into_distinct_versions(releases):
     listing, probed = releases
     out = io.StringIO()
-    found = history.plan(None, listing=listing, progress=out)
+    found = history_collect.plan(None, listing=listing, progress=out)
     assert [v.source for v in found.versions] == ["vllm==3.2.0", "vllm==3.0.0", "vllm==2.1.0"]
     assert [v.releases for v in found.versions] == [
         ["3.2.0", "3.1.0"],
@@ -90,17 +92,19 @@ def test_plan_record_is_json_ready(releases):
     import json
 
     listing, _ = releases
-    record = history.plan(None, listing=listing, progress=io.StringIO()).record()
+    record = history_collect.plan(None, listing=listing, progress=io.StringIO()).record()
     assert json.loads(json.dumps(record)) == record
     assert record["versions"][2]["releases"] == ["2.0.0", "2.1.0"]
     assert record["versions"][2]["first_release"] == "2.0.0"
     assert record["releases_listed"][0] == "1.0.0"
-    assert record["pairing"] == history.PAIRING
+    assert record["pairing"] == history_collect.PAIRING
 
 
 def test_given_releases_are_probed_as_given(releases):
     listing, probed = releases
-    found = history.plan(["3.1.0", "2.0.0", "1.9.0"], listing=listing, progress=io.StringIO())
+    found = history_collect.plan(
+        ["3.1.0", "2.0.0", "1.9.0"], listing=listing, progress=io.StringIO()
+    )
     assert [v.releases for v in found.versions] == [["3.1.0"], ["2.0.0"]]
     assert found.skipped == [
         {"release": "1.9.0", "reason": f"vLLM release 1.9.0 has no {upstream.MEMBER}"}
@@ -113,32 +117,32 @@ def test_unknown_release_is_one_line(releases):
     with pytest.raises(
         BenchInputError, match=r"^vllm==4\.0\.0: vLLM release 4\.0\.0 does not exist$"
     ):
-        history.plan(["4.0.0", "3.2.0"], listing=listing, progress=io.StringIO())
+        history_collect.plan(["4.0.0", "3.2.0"], listing=listing, progress=io.StringIO())
 
 
 def test_one_version_is_not_a_history(releases):
     listing, _ = releases
     with pytest.raises(BenchInputError, match="at least two distinct versions"):
-        history.plan(["3.2.0", "3.1.0"], listing=listing, progress=io.StringIO())
+        history_collect.plan(["3.2.0", "3.1.0"], listing=listing, progress=io.StringIO())
 
 
 def test_releases_text():
-    assert history.releases_from_text("") is None
-    assert history.releases_from_text(" 0.9.2 vllm==0.10.0 ") == ["0.9.2", "0.10.0"]
+    assert history_collect.releases_from_text("") is None
+    assert history_collect.releases_from_text(" 0.9.2 vllm==0.10.0 ") == ["0.9.2", "0.10.0"]
     with pytest.raises(BenchInputError, match="not a vLLM version number"):
-        history.releases_from_text("0.9.2 latest")
+        history_collect.releases_from_text("0.9.2 latest")
 
 
 def test_history_params_take_the_history_defaults():
     texts = {f.name: None for f in params.bench_fields()}
     texts["host"] = "box"
-    bench = history.history_params(texts)
+    bench = history_collect.history_params(texts)
     assert bench.cases == ("alloc1", "alloc8", "mix", "remove")
     assert bench.pools == (100_000,)
     assert bench.block_mode == "own"
     assert bench.confirm_processes == 0
     texts["pools"] = "2048"
-    assert history.history_params(texts).pools == (2048,)
+    assert history_collect.history_params(texts).pools == (2048,)
 
 
 @pytest.mark.parametrize("name", ["variants", "aa", "block_source"])
@@ -146,7 +150,7 @@ def test_history_params_refuse_what_the_history_chooses(name):
     texts = {f.name: None for f in params.bench_fields()}
     texts.update(host="box", **{name: "1"})
     with pytest.raises(BenchInputError, match="chosen by make history"):
-        history.history_params(texts)
+        history_collect.history_params(texts)
 
 
 def test_history_params_refuse_shared_blocks():
@@ -154,28 +158,28 @@ def test_history_params_refuse_shared_blocks():
     texts = {f.name: None for f in params.bench_fields()}
     texts.update(host="box", block_mode="shared")
     with pytest.raises(BenchInputError, match=r"^BLOCK_MODE must be own for make history"):
-        history.history_params(texts)
+        history_collect.history_params(texts)
     texts["block_mode"] = "own"
-    assert history.history_params(texts).block_mode == "own"
+    assert history_collect.history_params(texts).block_mode == "own"
 
 
 def _broken_at(monkeypatch, release: str) -> None:
     """Make ``release``'s class fail to load (a SourceError that is not 'not found')."""
-    inner = history._probe
+    inner = history_collect._probe
 
     def probe(r: str, files: object) -> loader.Variant:
         if r == release:
             raise loader.SourceError(f"vllm=={r}: FreeKVCacheBlockQueue does not compile")
         return inner(r, files)
 
-    monkeypatch.setattr(history, "_probe", probe)
+    monkeypatch.setattr(history_collect, "_probe", probe)
 
 
 def test_default_history_skips_a_release_whose_class_fails_to_load(releases, monkeypatch):
     listing, _ = releases
     _broken_at(monkeypatch, "3.1.0")
     out = io.StringIO()
-    found = history.plan(None, listing=listing, progress=out)
+    found = history_collect.plan(None, listing=listing, progress=out)
     assert found.versions[0].releases == ["3.2.0"]
     assert found.skipped[0] == {
         "release": "3.1.0",
@@ -188,17 +192,17 @@ def test_given_release_whose_class_fails_to_load_stops_the_run(releases, monkeyp
     listing, _ = releases
     _broken_at(monkeypatch, "3.1.0")
     with pytest.raises(BenchInputError, match=r"^vllm==3\.1\.0: .*does not compile$"):
-        history.plan(["3.2.0", "3.1.0", "2.0.0"], listing=listing, progress=io.StringIO())
+        history_collect.plan(["3.2.0", "3.1.0", "2.0.0"], listing=listing, progress=io.StringIO())
 
 
 def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch):
     """3.2.0 and 3.0.0 share a version, 3.1.0 (another block class) came between."""
     listing, _ = releases
-    inner = history._probe
+    inner = history_collect._probe
     swap = {"3.1.0": "3.0.0", "3.0.0": "3.2.0"}
-    monkeypatch.setattr(history, "_probe", lambda r, files: inner(swap.get(r, r), files))
+    monkeypatch.setattr(history_collect, "_probe", lambda r, files: inner(swap.get(r, r), files))
     out = io.StringIO()
-    found = history.plan(None, listing=listing, progress=out)
+    found = history_collect.plan(None, listing=listing, progress=out)
     assert [v.releases for v in found.versions] == [
         ["3.2.0", "3.0.0"],
         ["3.1.0"],
@@ -208,7 +212,7 @@ def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch)
     assert [v["non_consecutive"] for v in found.record()["versions"]] == [True, False, False]
     assert "history: warning: vllm==3.2.0's releases are not consecutive" in out.getvalue()
     # The step into the version that came back names its earlier release too.
-    from kvqueue import history_report
+    from kvqueue.history import report as history_report
 
     newer, older = found.record()["versions"][:2]
     assert history_report._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
@@ -230,7 +234,7 @@ def _meta(started: str, given: bool = False, cases=("alloc1", "alloc8", "mix", "
 def test_a_reduced_history_does_not_replace_the_full_one():
     from types import SimpleNamespace
 
-    from kvqueue import history_report
+    from kvqueue.history import report as history_report
 
     def run(run_id, meta):
         return SimpleNamespace(host="box", interpreter="3.11", run_id=run_id, meta=meta)
@@ -289,7 +293,7 @@ def test_figure_labels_every_significant_step_with_its_release_range():
     """A 1 % step whose interval excludes 0 is labelled too (no 5 % threshold)."""
     import matplotlib.pyplot as plt
 
-    from kvqueue import history_report
+    from kvqueue.history import report as history_report
 
     fig = history_report.figure(_report_frames(0.01, significant=True))
     assert [t.get_text() for t in fig.axes[0].texts] == ["0.1.0 → 0.2.0 +1%"]
@@ -300,7 +304,7 @@ def test_figure_labels_every_significant_step_with_its_release_range():
 
 
 def test_note_says_when_the_run_shown_is_reduced():
-    from kvqueue import history_report
+    from kvqueue.history import report as history_report
 
     text = history_report.note(_report_frames(0.01, significant=True))
     assert "No full history of box / 3.11 yet: the run shown is a reduced one" in text
@@ -318,7 +322,9 @@ def test_make_history_budgets_the_whole_command(monkeypatch, tmp_path):
     monkeypatch.delenv(params.BUDGET_START_ENV, raising=False)
     seen = []
     monkeypatch.setattr(
-        history, "run_history", lambda *a, **k: seen.append(os.environ[params.BUDGET_START_ENV])
+        history_collect,
+        "run_history",
+        lambda *a, **k: seen.append(os.environ[params.BUDGET_START_ENV]),
     )
     args = argparse.Namespace(
         from_env=False, host="box", python=None, releases="", raw_dir=tmp_path

@@ -1,9 +1,9 @@
-"""Evidence you can trust: the reader's integrity checks of raw runs (kvqueue.rawdata),
-the headline rule and the flags of the runs table (kvqueue.analysis), git state and the
-manifest (kvqueue.processed).
+"""Evidence you can trust: the reader's integrity checks of raw runs (kvqueue.analysis.rawdata),
+the headline rule and the flags of the runs table (kvqueue.analysis.ab), git state and the
+manifest (kvqueue.report.processed).
 
 Runs are written by tests/synthetic.py and then tampered with. ``seal`` adds the digests
-that a schema-2 runner records (``files`` in run.json, see kvqueue/runfiles.py);
+that a schema-2 runner records (``files`` in run.json, see kvqueue/bench/runfiles.py);
 ``as_v1`` turns a run into a schema-1 one (no digests), like the committed runs.
 """
 
@@ -21,7 +21,9 @@ import pandas as pd
 import pytest
 from synthetic import write_fixture, write_run
 
-from kvqueue import analysis, params, processed, rawdata, schema
+from kvqueue import params, schema
+from kvqueue.analysis import ab, rawdata
+from kvqueue.report import processed
 
 FAST = params.ReportSettings(resamples=1000)
 REPO_RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
@@ -102,7 +104,7 @@ def edit_rows(run: Path, change: Callable[[list[str], list[list[str]]], list[lis
 
 
 def runs_of(raw: Path, git: dict[str, str] | None = None) -> pd.DataFrame:
-    return analysis.runs_table(rawdata.read_raw(raw), git).set_index("run_id")
+    return ab.runs_table(rawdata.read_raw(raw), git).set_index("run_id")
 
 
 def scale_kvqueue(header: list[str], rows: list[list[str]]) -> list[list[str]]:
@@ -385,7 +387,7 @@ def test_committed_runs_pass_every_check_and_keep_their_headlines(tmp_path: Path
     assert len(raw.runs) == 16
     assert raw.runs and raw.included == raw.runs
     assert {r.integrity for r in raw.runs} == {"unsealed (schema 1)"}
-    runs = analysis.runs_table(raw)
+    runs = ab.runs_table(raw)
     assert set(runs["protocol"]) == {"full"}
     assert runs["warnings"].isna().all()
     assert set(runs.loc[runs["headline"], "run_id"]) == {
@@ -394,7 +396,7 @@ def test_committed_runs_pass_every_check_and_keep_their_headlines(tmp_path: Path
         "20261129T114644Z-cp312-c268",
         "20261129T115003Z-cp313-3052",
     }
-    variants = analysis.variants_table(raw)
+    variants = ab.variants_table(raw)
     releases = variants[variants["vllm_version"].notna()]
     assert set(releases["release_check"]) == {"consistent"}
 
@@ -524,13 +526,13 @@ def test_release_measured_as_two_different_files_is_flagged(tmp_path: Path) -> N
 
     edit_json(b, modify)
     raw = rawdata.read_raw(tmp_path)
-    table = analysis.runs_table(raw).set_index("run_id")
+    table = ab.runs_table(raw).set_index("run_id")
     good = hashlib.sha256(b"synthetic:file:vllm==0.32.0").hexdigest()
     for run, digest in ((a, good), (b, "f" * 64)):
         warning = table.loc[run.name, "warnings"]
         assert warning.startswith(f"vllm==0.32.0 measured as {digest[:12]} here, but the raw")
         assert "2 different files under that release" in warning
-    variants = analysis.variants_table(raw)
+    variants = ab.variants_table(raw)
     keys = zip(variants["run_id"], variants["label"], strict=True)
     checks = dict(zip(keys, variants["release_check"], strict=True))
     assert checks[(b.name, "vllm==0.32.0")].startswith("conflict: vllm==0.32.0 measured as ffff")
@@ -638,7 +640,7 @@ def test_a_history_run_stays_out_of_the_bench_tables(tmp_path: Path) -> None:
     kinds = {r.run_id: r.kind for r in raw.runs}
     assert kinds == {bench.name: "bench", history.name: "history"}
     assert all(r.included for r in raw.runs)  # both pass every check
-    tables = analysis.analyze(raw, FAST)
+    tables = ab.analyze(raw, FAST)
     assert set(tables["runs"]["run_id"]) == {bench.name}
     assert set(tables["summary"]["run_id"]) == {bench.name}
     assert [r.run_id for r in raw.of_kind(schema.KIND_HISTORY).runs] == [history.name]
@@ -675,7 +677,7 @@ def test_a_policy_run_needs_only_the_common_keys_and_its_digests(tmp_path: Path)
     assert [(r.run_id, r.included, r.integrity) for r in policy] == [
         (run.name, True, rawdata.SEALED)
     ]
-    tables = analysis.analyze(raw, FAST)
+    tables = ab.analyze(raw, FAST)
     assert run.name not in set(tables["runs"]["run_id"])
 
 
@@ -701,7 +703,9 @@ def test_an_unknown_kind_is_one_line_naming_run_json(tmp_path: Path) -> None:
 
 def test_aa_only_run_is_never_the_headline(tmp_path: Path) -> None:
     """Before: a newer A/A-only run (VARIANTS=X AA=1) displaced the A/B headline run."""
-    ab = write_run(tmp_path, run_id="20261128T090000Z-cp311-aaaa", python_version="3.11.7", **FULL)
+    ab_run = write_run(
+        tmp_path, run_id="20261128T090000Z-cp311-aaaa", python_version="3.11.7", **FULL
+    )
     aa = write_run(
         tmp_path,
         run_id="20261129T090000Z-cp311-bbbb",
@@ -712,7 +716,7 @@ def test_aa_only_run_is_never_the_headline(tmp_path: Path) -> None:
         **FULL,
     )
     table = runs_of(tmp_path)
-    assert bool(table.loc[ab.name, "headline"])
+    assert bool(table.loc[ab_run.name, "headline"])
     assert not bool(table.loc[aa.name, "headline"])
-    assert table.loc[aa.name, "protocol"] == analysis.AA_ONLY
-    assert table.loc[aa.name, "note"] == f"not in the headline tables: {analysis.AA_ONLY}"
+    assert table.loc[aa.name, "protocol"] == ab.AA_ONLY
+    assert table.loc[aa.name, "note"] == f"not in the headline tables: {ab.AA_ONLY}"

@@ -1,4 +1,4 @@
-"""Source strings -> queue classes (kvqueue.loader), with provenance and one-line errors."""
+"""Source strings -> queue classes (kvqueue.sources.loader), with provenance and one-line errors."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import loader, upstream
+from kvqueue.sources import loader, upstream
 
-KVQUEUE_DIR = Path(loader.__file__).resolve().parent
+KVQUEUE_DIR = Path(loader.__file__).resolve().parent.parent
+OURS = KVQUEUE_DIR / "subject" / "ours.py"
+BLOCK = KVQUEUE_DIR / "subject" / "block.py"
 
 
 def class_text(path: Path, name: str) -> str:
@@ -82,9 +84,7 @@ def test_file_class_suffix_picks_another_class(good_path):
     assert loader.read_source(f"{good_path}::IncompleteQueue", "KVCacheBlock").class_name == (
         "IncompleteQueue"
     )
-    floor = loader.load_variants(
-        [str(good_path), f"{KVQUEUE_DIR / 'fast.py'}::FloorKVCacheBlockQueue"]
-    )
+    floor = loader.load_variants([str(good_path), f"{OURS}::FloorKVCacheBlockQueue"])
     assert floor[1].queue_cls.__name__ == "FloorKVCacheBlockQueue"
     assert floor[1].is_bound
     smoke(floor[1])
@@ -152,12 +152,10 @@ def test_kvqueue_and_floor():
     assert floor.queue_cls.__name__ == "FloorKVCacheBlockQueue"
     assert not own.is_bound
     assert floor.is_bound
-    assert own.queue_src.path == floor.queue_src.path == str(KVQUEUE_DIR / "fast.py")
-    assert own.block_src.path == str(KVQUEUE_DIR / "block.py")
-    assert own.queue_src.sha256 == sha(class_text(KVQUEUE_DIR / "fast.py", "FreeKVCacheBlockQueue"))
-    assert floor.queue_src.sha256 == sha(
-        class_text(KVQUEUE_DIR / "fast.py", "FloorKVCacheBlockQueue")
-    )
+    assert own.queue_src.path == floor.queue_src.path == str(OURS)
+    assert own.block_src.path == str(BLOCK)
+    assert own.queue_src.sha256 == sha(class_text(OURS, "FreeKVCacheBlockQueue"))
+    assert floor.queue_src.sha256 == sha(class_text(OURS, "FloorKVCacheBlockQueue"))
     assert own.provenance()["vllm_version"] is None
     smoke(own)
     smoke(floor)
@@ -165,18 +163,18 @@ def test_kvqueue_and_floor():
 
 def test_kvqueue_class_suffixes():
     assert loader.read_source("kvqueue:floor").class_name == "FloorKVCacheBlockQueue"
-    assert loader.read_source("kvqueue:floor", "KVCacheBlock").path == str(KVQUEUE_DIR / "block.py")
-    assert loader.read_source("kvqueue::KVCacheBlock").path == str(KVQUEUE_DIR / "block.py")
+    assert loader.read_source("kvqueue:floor", "KVCacheBlock").path == str(BLOCK)
+    assert loader.read_source("kvqueue::KVCacheBlock").path == str(BLOCK)
     v = loader.load_variants(["kvqueue", "kvqueue::FloorKVCacheBlockQueue"])[1]
     assert v.is_bound
 
 
 def test_kvqueue_is_executed_in_a_fresh_namespace():
-    """The loaded class is a copy cut from fast.py, not the imported module's class."""
-    from kvqueue import block, fast
+    """The loaded class is a copy cut from subject/ours.py, not the imported module's class."""
+    from kvqueue.subject import block, ours
 
     (v,) = loader.load_variants(["kvqueue"])
-    assert v.queue_cls is not fast.FreeKVCacheBlockQueue
+    assert v.queue_cls is not ours.FreeKVCacheBlockQueue
     assert v.block_cls is not block.KVCacheBlock
     assert v.queue_cls.__module__.startswith("kvqueue._variants.")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kvqueue import __main__ as cli
-from kvqueue import notebook_run, params
+from kvqueue import params
+from kvqueue.bench import notebook
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MAKEFILE = REPO_ROOT / "Makefile"
@@ -58,23 +59,23 @@ def test_cli_options_are_the_fields() -> None:
     assert options == settings | {"raw_dir", "processed_dir", "out", "notebook"}
 
 
-@pytest.mark.parametrize("path", sorted(notebook_run.expected_parameters_cells()), ids=str)
+@pytest.mark.parametrize("path", sorted(notebook.expected_parameters_cells()), ids=str)
 def test_notebook_parameters_cells_are_generated_from_the_fields(path: Path) -> None:
-    expected = notebook_run.expected_parameters_cells()[path]
-    assert notebook_run.parameters_cell_source(path) == expected, (
+    expected = notebook.expected_parameters_cells()[path]
+    assert notebook.parameters_cell_source(path) == expected, (
         f"{path.name}'s parameters cell differs from kvqueue.params: run `make notebooks`"
     )
 
 
 def test_bench_notebook_parameter_names_are_the_fields() -> None:
-    source = notebook_run.parameters_cell_source(notebook_run.BENCH_NOTEBOOK)
+    source = notebook.parameters_cell_source(notebook.BENCH_NOTEBOOK)
     names = [s.target.id for s in ast.parse(source).body if isinstance(s, ast.AnnAssign)]
     assert names == [f.name for f in params.bench_fields()] + list(params.BENCH_NOTEBOOK_EXTRA)
 
 
 def test_papermill_help_shows_types_and_help() -> None:
     papermill = pytest.importorskip("papermill")
-    found = papermill.inspect_notebook(str(notebook_run.BENCH_NOTEBOOK))
+    found = papermill.inspect_notebook(str(notebook.BENCH_NOTEBOOK))
     assert found["processes"]["inferred_type_name"] == "int"
     assert found["processes"]["help"] == "main-phase worker processes (with PRECISION: the pilot)"
     assert found["variants"]["inferred_type_name"] == "list[str]"
@@ -135,96 +136,6 @@ def test_bool_and_number_texts_are_refused_in_one_line() -> None:
         params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_CASES": "alloc1 alloc1"})
     p = params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "1", "KVQUEUE_AA": ""})
     assert p.quick and not p.aa and p.processes == params.QUICK_OVERRIDES["processes"]
-
-
-# ------------------------------------------------------------------ module graph
-
-
-def _imports(tree: ast.AST, top_level_only: bool) -> set[str]:
-    """kvqueue modules imported by a module (top level, or anywhere)."""
-    found: set[str] = set()
-    nodes = tree.body if top_level_only else list(ast.walk(tree))  # type: ignore[attr-defined]
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "kvqueue":
-                found |= {a.name for a in node.names if a.name in modules}
-            elif node.module.startswith("kvqueue."):
-                found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("kvqueue.")}
-    return found
-
-
-def _graph(top_level_only: bool) -> dict[str, set[str]]:
-    return {
-        p.stem: _imports(ast.parse(p.read_text(encoding="utf-8")), top_level_only) - {p.stem}
-        for p in PACKAGE.glob("*.py")
-    }
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
-
-
-def test_no_module_imports_a_module_that_imports_it_back() -> None:
-    assert _cycle(_graph(top_level_only=True)) is None
-
-
-def test_no_import_inside_a_function_closes_a_cycle() -> None:
-    """Lazy imports are allowed (``__main__`` keeps ``validate`` free of pandas), but
-    none may be the back edge of a cycle that a top-level import would have made."""
-    assert _cycle(_graph(top_level_only=False)) is None
-
-
-def test_errors_run_ids_and_run_folders_are_defined_once() -> None:
-    defined: dict[str, list[str]] = {}
-    for path in PACKAGE.glob("*.py"):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.ClassDef | ast.FunctionDef):
-                defined.setdefault(node.name, []).append(path.stem)
-    for name in ("BenchInputError", "GateRefused", "BenchError"):
-        assert defined[name] == ["errors"]
-    assert defined["new_run_id"] == ["schema"] and defined["run_path"] == ["schema"]
-
-
-def test_processed_cache_key_covers_every_module_the_analysis_imports() -> None:
-    """The manifest's code hash is built from module objects: every kvqueue module that
-    the analysis reaches (transitively, at top level) must be among them, so moving code
-    into a new module cannot silently stop invalidating the processed tables."""
-    from kvqueue import processed
-
-    graph = _graph(top_level_only=True)
-    reached: set[str] = set()
-    todo = ["analysis"]
-    while todo:
-        name = todo.pop()
-        if name not in reached:
-            reached.add(name)
-            todo.extend(graph.get(name, ()))
-    hashed = {m.__name__.split(".")[-1] for m in processed.CODE_MODULES}
-    # Modules that only supply constants to the analysis are reached through params.
-    constants = {"errors", "hostinfo", "loader", "upstream", "block", "fast", "cases"}
-    assert reached <= hashed | constants, reached - hashed
-    assert {"analysis", "rawdata", "stats", "schema", "params"} <= hashed
 
 
 def test_two_variants_with_one_name_are_refused() -> None:

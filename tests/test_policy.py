@@ -1,5 +1,5 @@
-"""The allocation policies (kvqueue/policy.py) and their invariant check
-(kvqueue/policy_check.py): one test per rule of the description on hand-made queues, a
+"""The allocation policies (kvqueue/policy/policies.py) and their invariant check
+(kvqueue/policy/check.py): one test per rule of the description on hand-made queues, a
 hypothesis state machine on small queues, and the workload check on every variant."""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvqueue import loader, policy, policy_check
-from kvqueue.block import KVCacheBlock
-from kvqueue.fast import FreeKVCacheBlockQueue
+from kvqueue.policy import check as policy_check
+from kvqueue.policy import policies
+from kvqueue.sources import loader
+from kvqueue.subject.block import KVCacheBlock
+from kvqueue.subject.ours import FreeKVCacheBlockQueue
 
 
 def make_queue(order: list[int], pool: int | None = None) -> tuple[FreeKVCacheBlockQueue, dict]:
@@ -36,7 +38,7 @@ def remaining(queue: FreeKVCacheBlockQueue) -> list[int]:
 def test_small_allocations_are_popleft_n() -> None:
     order = [5, 6, 7, 1, 2, 3, 4, 9]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 7, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 7, window_factor=None, threshold=8)
     assert ids_of(got) == order[:7]
     assert remaining(queue) == order[7:]
 
@@ -44,14 +46,14 @@ def test_small_allocations_are_popleft_n() -> None:
 def test_lru_is_popleft_n() -> None:
     order = [3, 2, 1, 0, 9, 8]
     queue, _ = make_queue(order)
-    assert ids_of(policy.lru(queue, 4)) == [3, 2, 1, 0]
+    assert ids_of(policies.lru(queue, 4)) == [3, 2, 1, 0]
 
 
 def test_runs_are_ascending_and_longest_first() -> None:
     # Descending run 13..10 (length 4), ascending 20..25 (length 6), singles around.
     order = [40, 13, 12, 11, 10, 41, 20, 21, 22, 23, 24, 25, 42, 43]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 10, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 10, window_factor=None, threshold=8)
     assert ids_of(got) == [20, 21, 22, 23, 24, 25, 10, 11, 12, 13]
     assert remaining(queue) == [40, 41, 42, 43]
 
@@ -59,7 +61,7 @@ def test_runs_are_ascending_and_longest_first() -> None:
 def test_remainder_comes_from_the_head_in_eviction_order() -> None:
     order = [50, 30, 31, 60, 61, 62, 70, 80, 90]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 8, window_factor=None, threshold=8)
     # Runs 60-62 then 30-31, then the head: 50, 70, 80 (not 90).
     assert ids_of(got) == [60, 61, 62, 30, 31, 50, 70, 80]
     assert remaining(queue) == [90]
@@ -68,7 +70,7 @@ def test_remainder_comes_from_the_head_in_eviction_order() -> None:
 def test_a_run_longer_than_needed_gives_its_oldest_blocks() -> None:
     order = [1, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 2]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 8, window_factor=None, threshold=8)
     # The oldest eight of the descending run 20..10 are 20..13, returned ascending.
     assert ids_of(got) == [13, 14, 15, 16, 17, 18, 19, 20]
     assert remaining(queue) == [1, 12, 11, 10, 2]
@@ -77,7 +79,7 @@ def test_a_run_longer_than_needed_gives_its_oldest_blocks() -> None:
 def test_one_missing_block_is_not_cut_from_a_run() -> None:
     order = [50, 1, 2, 3, 4, 5, 6, 7, 90, 20, 21]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 8, window_factor=None, threshold=8)
     assert ids_of(got) == [1, 2, 3, 4, 5, 6, 7, 50]
     assert remaining(queue) == [90, 20, 21]
 
@@ -85,7 +87,7 @@ def test_one_missing_block_is_not_cut_from_a_run() -> None:
 def test_ties_prefer_the_run_nearer_the_head() -> None:
     order = [7, 8, 100, 3, 4, 101, 102 + 5, 200, 201, 300, 400, 500, 600, 700]
     queue, _ = make_queue(order)
-    got = policy.contiguous(queue, 8, window_factor=None, threshold=8)
+    got = policies.contiguous(queue, 8, window_factor=None, threshold=8)
     assert ids_of(got)[:6] == [7, 8, 3, 4, 200, 201]
 
 
@@ -95,12 +97,12 @@ def test_the_search_is_bounded_by_its_window() -> None:
     order = [*singles, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     queue, _ = make_queue(order)
     watched = policy_check.WatchedQueue(queue)
-    got = policy.contiguous(watched, 8, window_factor=1, threshold=8)
+    got = policies.contiguous(watched, 8, window_factor=1, threshold=8)
     assert ids_of(got) == singles
     assert watched.scanned == 8
     queue, _ = make_queue(order)
     watched = policy_check.WatchedQueue(queue)
-    got = policy.contiguous(watched, 8, window_factor=2, threshold=8)
+    got = policies.contiguous(watched, 8, window_factor=2, threshold=8)
     assert ids_of(got) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert watched.scanned == 16
 
@@ -110,7 +112,7 @@ def test_too_large_a_request_fails_like_popleft_n_and_changes_nothing() -> None:
     with pytest.raises(Exception) as want:  # whatever popleft_n raises
         FreeKVCacheBlockQueue([KVCacheBlock(block_id=i) for i in range(8)]).popleft_n(9)
     with pytest.raises(type(want.value)):
-        policy.contiguous(queue, 9, window_factor=None, threshold=8)
+        policies.contiguous(queue, 9, window_factor=None, threshold=8)
     assert remaining(queue) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
@@ -119,37 +121,44 @@ def test_only_the_public_api_is_used() -> None:
     watched = policy_check.WatchedQueue(queue)
     with pytest.raises(AttributeError):
         _ = watched.prepend_n
-    assert len(policy.contiguous(watched, 16, window_factor=4, threshold=8)) == 16
+    assert len(policies.contiguous(watched, 16, window_factor=4, threshold=8)) == 16
 
 
 def test_split_runs_and_ascending_runs() -> None:
-    assert policy.split_runs([1, 2, 3, 9, 8, 7, 20]) == [(0, 3), (3, 3), (6, 1)]
-    assert policy.split_runs([]) == []
+    assert policies.split_runs([1, 2, 3, 9, 8, 7, 20]) == [(0, 3), (3, 3), (6, 1)]
+    assert policies.split_runs([]) == []
     # Descending segments do not merge into descriptors.
-    assert policy.ascending_runs([7, 8, 9, 3, 2, 1]) == [3, 1, 1, 1]
+    assert policies.ascending_runs([7, 8, 9, 3, 2, 1]) == [3, 1, 1, 1]
 
 
 def test_registry_names_and_windows() -> None:
-    assert policy.NAMES == ("lru", "contig-w1", "contig-w2", "contig-w4", "contig-w8", "contig-inf")
-    assert [policy.window_of(n) for n in policy.NAMES] == [0, 1, 2, 4, 8, None]
+    assert policies.NAMES == (
+        "lru",
+        "contig-w1",
+        "contig-w2",
+        "contig-w4",
+        "contig-w8",
+        "contig-inf",
+    )
+    assert [policies.window_of(n) for n in policies.NAMES] == [0, 1, 2, 4, 8, None]
     # Any whole window a run may choose (WINDOWS=3) resolves, not only the registry's.
     order = [20, 30, 40, 50, 60, 70, 3, 2, 1, 10, 11]
     for name, want in (("contig-w2", [20, 30, 40]), ("contig-w3", [1, 2, 3])):
         queue, _ = make_queue(order)
         # n=3: window 2 sees 6 singles (popleft_n's result), window 3 reaches the run.
-        assert ids_of(policy.get(name, threshold=2)(queue, 3)) == want, name
+        assert ids_of(policies.get(name, threshold=2)(queue, 3)) == want, name
     for bad in ("contig-w01", "contig-w0", "contig-w", "contig-wx", "contig-w²", "mru"):
         with pytest.raises(KeyError):
-            policy.get(bad)
+            policies.get(bad)
 
 
 def test_variants_without_the_api_the_policy_needs_are_named() -> None:
-    assert policy.STRUCTURE_SENTINELS == loader.STRUCTURE_SENTINELS
+    assert policies.STRUCTURE_SENTINELS == loader.STRUCTURE_SENTINELS
     for source in ("kvqueue", "vllm==0.26.0", "vllm==0.32.0"):
-        assert policy.unsupported(loader.load_variants([source])[0]) is None, source
-    no_iter = policy.unsupported(loader.load_variants(["vllm==0.25.0"])[0])
+        assert policies.unsupported(loader.load_variants([source])[0]) is None, source
+    no_iter = policies.unsupported(loader.load_variants(["vllm==0.25.0"])[0])
     assert no_iter and "lacks iter_blocks_after" in no_iter
-    head_tail = policy.unsupported(loader.load_variants(["vllm==0.9.2"])[0])
+    head_tail = policies.unsupported(loader.load_variants(["vllm==0.9.2"])[0])
     assert head_tail and "popleft_n" in head_tail and "head-tail" in head_tail
 
 
@@ -204,13 +213,13 @@ def test_model_agrees_with_the_hand_made_cases() -> None:
 
 def test_the_check_catches_a_policy_that_breaks_a_rule(monkeypatch) -> None:
     # A broken policy (descending runs kept descending) must be refused by the check.
-    original = policy.contiguous
+    original = policies.contiguous
 
     def broken(queue, n, window_factor=4, threshold=8):
         got = original(queue, n, window_factor, threshold)
         return got[::-1] if n >= threshold else got
 
-    monkeypatch.setattr(policy, "contiguous", broken)
+    monkeypatch.setattr(policies, "contiguous", broken)
     variant = loader.load_variants(["kvqueue"])[0]
     with pytest.raises(policy_check.PolicyCheckError, match="description gives"):
         policy_check.run_check(variant.queue_cls, variant.block_cls, ["contig-w4"], 8, seed=3)
@@ -232,7 +241,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.ref = [0] * pool
 
     @rule(
-        name=st.sampled_from(policy.NAMES),
+        name=st.sampled_from(policies.NAMES),
         threshold=st.integers(min_value=1, max_value=10),
         data=st.data(),
     )
@@ -243,7 +252,7 @@ class PolicyMachine(RuleBasedStateMachine):
         n = data.draw(st.integers(min_value=1, max_value=free))
         before = policy_check.free_ids(self.queue)
         watched = policy_check.WatchedQueue(self.queue)
-        got = policy.get(name, threshold)(watched, n)
+        got = policies.get(name, threshold)(watched, n)
         after = policy_check.free_ids(self.queue)
         policy_check.check_allocation(
             name, n, threshold, before, got, after, watched.scanned, f"{name} n={n}"
@@ -290,7 +299,7 @@ TestPolicyMachine.settings = settings(
 def test_workload_check_passes_on_every_variant(source: str) -> None:
     variant = loader.load_variants([source])[0]
     result = policy_check.run_check(
-        variant.queue_cls, variant.block_cls, list(policy.NAMES), 8, seed=11
+        variant.queue_cls, variant.block_cls, list(policies.NAMES), 8, seed=11
     )
     assert result["ok"]
     for name, counts in result["policies"].items():

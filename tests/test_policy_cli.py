@@ -15,8 +15,12 @@ from types import SimpleNamespace
 import pytest
 
 from kvqueue import __main__ as cli
-from kvqueue import child, params, policy_report, policy_run, policy_worker, processed, schema
+from kvqueue import child, params, schema
 from kvqueue.params import ReportSettings
+from kvqueue.policy import collect as policy_collect
+from kvqueue.policy import report as policy_report
+from kvqueue.policy import worker as policy_worker
+from kvqueue.report import processed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -110,7 +114,7 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     red = table[(table["policy"] == "contig-inf") & (table["metric"] == "runs_reduction")]
     assert float(red["estimate"].iloc[0]) > 1.0
     # An edited policy.csv is left out (altered), never read into the table.
-    csv_path = run_dir / policy_run.POLICY_CSV
+    csv_path = run_dir / policy_collect.POLICY_CSV
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")
     assert policy_report.read_policy_runs(raw)[0]["altered"]
     assert policy_report.analyze(raw).empty
@@ -201,7 +205,7 @@ def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Pat
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = policy_run.PolicyRunWriter(raw / "h" / run_id, record)
+    writer = policy_collect.PolicyRunWriter(raw / "h" / run_id, record)
     for k in range(1, processes + 1):
         # contig takes 1.5x the blocks per >= 8 allocation of lru (other prefix hits) in
         # 1.2x the time: slower per allocation, faster per block.

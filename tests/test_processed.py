@@ -1,4 +1,5 @@
-"""Raw-data checks (kvqueue.rawdata) and the processed tables (kvqueue.processed)."""
+"""Raw-data checks (kvqueue.analysis.rawdata) and the processed tables
+(kvqueue.report.processed)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from synthetic import write_fixture, write_run
 
 from kvqueue import __main__ as cli
-from kvqueue import analysis, params, processed, rawdata, tables
+from kvqueue import params
+from kvqueue.analysis import ab, rawdata
+from kvqueue.report import processed, tables
 
 FAST = params.ReportSettings(resamples=2000)
 
@@ -141,7 +144,7 @@ def test_order_effect_warning(tmp_path: Path) -> None:
 def test_comparisons_for_run() -> None:
     pairs = params.DEFAULT_PAIRS
     labels = ["vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor", "vllm==0.32.0#2"]
-    got = analysis.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
+    got = ab.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
     assert got == [
         ("vllm==0.32.0", "vllm==0.31.0", "pair"),
         ("kvqueue", "vllm==0.32.0", "pair"),
@@ -149,11 +152,11 @@ def test_comparisons_for_run() -> None:
     ]
     # No configured pair present: every candidate (not bounds, not A/A copies) vs baseline.
     other = ["a.py", "b.py", "kvqueue:floor", "a.py#2"]
-    got = analysis.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
+    got = ab.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
     assert got == [("b.py", "a.py", "pair"), ("a.py#2", "a.py", "aa")]
-    assert analysis.aa_original("x#2") == "x"
-    assert analysis.aa_original("x#1") is None
-    assert analysis.aa_original("git:repo@abc#def") is None
+    assert ab.aa_original("x#2") == "x"
+    assert ab.aa_original("x#1") is None
+    assert ab.aa_original("git:repo@abc#def") is None
 
 
 def test_runs_without_configured_pairs_are_still_compared(tmp_path: Path) -> None:
@@ -330,7 +333,7 @@ def test_tables_from_a_real_quick_harness_run(tmp_path: Path) -> None:
     assert set(data.summary["candidate"]) == {"kvqueue:floor", "kvqueue#2"}
     # QUICK = 2 processes: far too few for a CI, so no verdict is claimed.
     assert set(data.summary["verdict"]) == {"inconclusive"}
-    # A QUICK run is never a headline run (kvqueue.analysis.headline_runs): it stays in
+    # A QUICK run is never a headline run (kvqueue.analysis.ab.headline_runs): it stays in
     # the processed tables, named in the runs table, outside the headline tables.
     run = data.runs.iloc[0]
     assert run["protocol"] == "quick (smoke run)" and not bool(run["headline"])

@@ -23,7 +23,7 @@ import pytest
 from synthetic import write_fixture, write_hosts
 
 from kvqueue import __main__ as cli
-from kvqueue import figures, sections, tables
+from kvqueue.report import figures, sections, tables
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "report.ipynb"
 PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} | {
@@ -69,10 +69,10 @@ def test_committed_notebook_is_thin_and_has_no_outputs() -> None:
             assert not isinstance(
                 node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
             ), "the notebook must only call into kvqueue"
-    # The structure is not hard-coded: the notebook loops over kvqueue.sections.
+    # The structure is not hard-coded: the notebook loops over kvqueue.report.sections.
     source = "\n".join(c.source for c in code)
     assert "for section in sections.build(data):" in source
-    assert "report_html.show(section" in source
+    assert "html.show(section" in source
     assert not [c for c in nb.cells if c.cell_type == "markdown"]
 
 

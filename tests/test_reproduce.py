@@ -10,7 +10,8 @@ from pathlib import Path
 
 from synthetic import write_fixture
 
-from kvqueue import params, processed, prose
+from kvqueue import params
+from kvqueue.report import processed, prose
 
 FAST = params.ReportSettings(resamples=500)
 

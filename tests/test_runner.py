@@ -29,7 +29,8 @@ from benchutil import (
 )
 
 from kvqueue import params as kvparams
-from kvqueue import runner, schema
+from kvqueue import schema
+from kvqueue.bench import runner
 from kvqueue.errors import BenchError
 
 #: Every test here starts worker, gate or CLI processes.

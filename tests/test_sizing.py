@@ -1,4 +1,4 @@
-"""The precision target's two-stage design (``kvqueue.sizing``) and its use by the runner."""
+"""The precision target's two-stage design (``kvqueue.bench.sizing``) and its use by the runner."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 import pytest
 from scipy import stats as sps
 
-from kvqueue import params, rawdata, runner, sizing
+from kvqueue import params
+from kvqueue.analysis import rawdata
+from kvqueue.bench import runner, sizing
 
 
 @pytest.mark.parametrize("df", [3, 5, 10, 20, 40, 100])
@@ -150,7 +152,7 @@ def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
 
 def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_MINUTES covers the whole command: the CLI leaves its start time behind."""
-    from kvqueue import runner
+    from kvqueue.bench import runner
 
     monkeypatch.setenv(params.BUDGET_START_ENV, "1000.0")
     assert runner._seconds_since_launch(now=1025.5) == 25.5

@@ -1,4 +1,4 @@
-"""Statistics (kvqueue.stats) on synthetic data with a known truth."""
+"""Statistics (kvqueue.analysis.stats) on synthetic data with a known truth."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvqueue import coverage, params, stats
+from kvqueue import params
+from kvqueue.analysis import coverage, stats
 
 CELL = ["case", "pool"]
 
@@ -200,7 +201,7 @@ def test_coverage_of_the_95_percent_ci_with_11_processes(law: str) -> None:
     Each cell: 11 processes, per-process log ratio = log(0.8) + process effect (SD
     1.5 %: Gaussian, Student-t(3) or 10 % contaminated with 4x the SD) + the noise of
     two medians of 9 lognormal samples (2 %) timed at shuffled positions with an order
-    effect of 0.5 % per position (kvqueue.coverage.simulate_log_ratios).
+    effect of 0.5 % per position (kvqueue.analysis.coverage.simulate_log_ratios).
     """
     cov = _reduction_coverage(law, reps=20_000)
     print(f"coverage of the {stats.CI_METHOD} 95% CI, 11 processes, {law}: {cov:.3f}")

@@ -1,4 +1,4 @@
-"""Fetching ``kv_cache_utils.py`` of a vLLM release (kvqueue.upstream), and the real thing.
+"""Fetching ``kv_cache_utils.py`` of a vLLM release (kvqueue.sources.upstream), and the real thing.
 
 Offline tests build a small package index in ``tmp_path`` (a PEP 503 folder served as a
 ``file:`` URL, or a local HTTP server for the PEP 691 JSON form) holding small wheels made
@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import pytest
 
-from kvqueue import loader, upstream
+from kvqueue.sources import loader, upstream
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_PROXY")
@@ -218,7 +218,7 @@ def test_fetch_runs_under_a_bare_interpreter(release, good_text):
     release("9.9.9")
     code = (
         f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
-        "from kvqueue import upstream; print(upstream.fetch_release('9.9.9'))"
+        "from kvqueue.sources import upstream; print(upstream.fetch_release('9.9.9'))"
     )
     proc = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60

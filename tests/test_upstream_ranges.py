@@ -1,4 +1,4 @@
-"""Reading one member of a remote wheel by HTTP range requests (kvqueue.upstream), the
+"""Reading one member of a remote wheel by HTTP range requests (kvqueue.sources.upstream), the
 fallback to the full download, and the release listing of a history.
 
 A local HTTP server serves small wheels made with ``zipfile`` around the hand-written
@@ -21,7 +21,7 @@ from typing import ClassVar
 import pytest
 from test_upstream import use_index
 
-from kvqueue import upstream
+from kvqueue.sources import upstream
 
 VERSION = "9.9.9"
 WHEEL = f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"

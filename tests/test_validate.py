@@ -1,4 +1,4 @@
-"""The validation gate (kvqueue.validate) refuses broken queues and passes correct ones.
+"""The validation gate (kvqueue.gate.gate) refuses broken queues and passes correct ones.
 
 The broken queues are *mutants* of the hand-written correct fixture
 ``tests/queues/good.py``: each applies one or two small, plausible edits to the text of
@@ -24,7 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import cases, loader, params, schema, validate
+from kvqueue import params, schema
+from kvqueue.gate import gate
+from kvqueue.sources import loader
+from kvqueue.subject import cases
 
 # Smaller than the default so the ~20 gate runs below stay fast; every mutant here is
 # caught within the first few hundred operations (or by the invalid-operation table).
@@ -305,7 +308,7 @@ def test_there_are_enough_distinct_mutants(broken_file):
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_gate_refuses_broken_queue(mutant, broken_file, baseline):
     broken = load(f"{broken_file}::{mutant.name}", baseline)
-    base_result, result = validate.gate([baseline, broken], ops=QUICK_OPS)
+    base_result, result = gate.gate([baseline, broken], ops=QUICK_OPS)
     assert base_result.ok, base_result.error
     assert base_result.role == "baseline"
     assert result.ok is False, f"gate passed a queue where {mutant.bug}"
@@ -320,8 +323,8 @@ def test_gate_refuses_broken_queue(mutant, broken_file, baseline):
 
 def test_model_check_failure_reports_index_and_model(broken_file, baseline):
     broken = load(f"{broken_file}::PopleftKeepsLinks", baseline)
-    with pytest.raises(validate.ValidationError) as info:
-        validate.model_check(broken, ops=QUICK_OPS)
+    with pytest.raises(gate.ValidationError) as info:
+        gate.model_check(broken, ops=QUICK_OPS)
     message = str(info.value)
     index = int(re.match(r"operation #(\d+) popleft\(\)", message).group(1))
     assert info.value.passed == index - 1
@@ -331,8 +334,8 @@ def test_model_check_failure_reports_index_and_model(broken_file, baseline):
 
 def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
     broken = load(f"{broken_file}::WrongRemoveExceptionType", baseline)
-    with pytest.raises(validate.ValidationError) as info:
-        validate.compare_invalid(baseline, broken)
+    with pytest.raises(gate.ValidationError) as info:
+        gate.compare_invalid(baseline, broken)
     message = str(info.value)
     assert "outcome differs from the baseline" in message
     assert "expected: ('raised', 'RuntimeError', 'remove() called on an invalid block:" in message
@@ -342,13 +345,13 @@ def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
 def test_invalid_op_partial_state_is_compared(broken_file, baseline):
     """Same exception, different damage left behind: refused on the count."""
     broken = load(f"{broken_file}::BatchPopCountsLate", baseline)
-    validate.model_check(broken, ops=2_000)  # valid operations all behave
-    with pytest.raises(validate.ValidationError, match="num_free_blocks differs"):
-        validate.compare_invalid(baseline, broken)
+    gate.model_check(broken, ops=2_000)  # valid operations all behave
+    with pytest.raises(gate.ValidationError, match="num_free_blocks differs"):
+        gate.compare_invalid(baseline, broken)
 
 
 def test_invalid_scenarios_table():
-    names = [s[0] for s in validate.INVALID_SCENARIOS]
+    names = [s[0] for s in gate.INVALID_SCENARIOS]
     assert len(names) >= 9
     assert len(set(names)) == len(names)
 
@@ -360,9 +363,9 @@ def test_gate_keeps_checking_after_a_refusal(broken_file, baseline):
         load(f"{broken_file}::GetAllIncludesTail", baseline),
         load("kvqueue", baseline),
     ]
-    results = validate.gate(variants, ops=2_000)
+    results = gate.gate(variants, ops=2_000)
     assert [r.ok for r in results] == [True, False, True]
-    assert results[2].invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert results[2].invalid_compared == len(gate.INVALID_SCENARIOS)
 
 
 def test_gate_refuses_a_queue_whose_constructor_raises(tmp_path, good_text, baseline):
@@ -374,7 +377,7 @@ def test_gate_refuses_a_queue_whose_constructor_raises(tmp_path, good_text, base
             "        chain = [self.fake_free_list_head,",
         )
     )
-    results = validate.gate([baseline, load(str(bad), baseline)], ops=2_000)
+    results = gate.gate([baseline, load(str(bad), baseline)], ops=2_000)
     assert results[1].ok is False
     assert "__init__" in results[1].error
 
@@ -390,7 +393,7 @@ def default_run(good_path_module):
     """
     calls = Counter()
     kinds = Counter()
-    real_step, real_check = validate._ModelRun.step, validate._ModelRun.check
+    real_step, real_check = gate._ModelRun.step, gate._ModelRun.check
 
     def step(self):
         calls["step", self.v.label] += 1
@@ -403,9 +406,9 @@ def default_run(good_path_module):
 
     variants = loader.load_variants(["kvqueue", str(good_path_module), "kvqueue:floor"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(validate._ModelRun, "step", step)
-        mp.setattr(validate._ModelRun, "check", check)
-        results = validate.gate(variants)
+        mp.setattr(gate._ModelRun, "step", step)
+        mp.setattr(gate._ModelRun, "check", check)
+        results = gate.gate(variants)
     return variants, results, calls, kinds
 
 
@@ -416,7 +419,7 @@ def good_path_module() -> Path:
 
 def test_default_op_count_is_at_least_60000(default_run):
     variants, results, calls, _ = default_run
-    assert validate.DEFAULT_OPS >= 60_000
+    assert gate.DEFAULT_OPS >= 60_000
     for variant, result in zip(variants, results, strict=True):
         assert result.ok, result.error
         assert result.ops_checked >= 60_000
@@ -445,9 +448,9 @@ def test_default_run_exercises_every_operation(default_run):
 def test_correct_fixture_queue_passes(default_run):
     _, (base, good, _), _, _ = default_run
     assert base.role == "baseline" and base.ok
-    assert base.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert base.invalid_compared == len(gate.INVALID_SCENARIOS)
     assert good.role == "candidate" and good.ok and good.error is None
-    assert good.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert good.invalid_compared == len(gate.INVALID_SCENARIOS)
     assert good.line().startswith("PASS")
     assert good.sha256 in good.line()
 
@@ -458,12 +461,12 @@ def test_bound_is_model_checked_but_skips_invalid_ops(default_run):
     assert floor.is_bound
     assert result.role == "bound"
     assert result.ok, result.error
-    assert result.ops_checked == validate.DEFAULT_OPS
+    assert result.ops_checked == gate.DEFAULT_OPS
     assert result.invalid_compared == 0
     assert "invalid ops skipped (bound)" in result.line()
     # Skipping matters: the check-free floor would fail the invalid-operation comparison.
-    with pytest.raises(validate.ValidationError):
-        validate.compare_invalid(variants[0], floor)
+    with pytest.raises(gate.ValidationError):
+        gate.compare_invalid(variants[0], floor)
 
 
 def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baseline):
@@ -472,7 +475,7 @@ def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baselin
     path.write_text(mutate(good_text, mutant, class_name=loader.FLOOR_CLASS))
     floor = load(f"{path}::{loader.FLOOR_CLASS}", baseline)
     assert floor.is_bound
-    result = validate.gate([baseline, floor], ops=QUICK_OPS)[1]
+    result = gate.gate([baseline, floor], ops=QUICK_OPS)[1]
     assert result.role == "bound"
     assert not result.ok
     assert result.error.startswith("operation #") and "popleft_n(" in result.error
@@ -483,15 +486,15 @@ def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baselin
 
 def op_sequence(variant: loader.Variant, seed: int, ops: int = 3_000) -> list[str]:
     seen = []
-    real_step = validate._ModelRun.step
+    real_step = gate._ModelRun.step
 
     def step(self):
         real_step(self)
         seen.append(self.op_desc)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(validate._ModelRun, "step", step)
-        assert validate.model_check(variant, ops=ops, seed=seed) == ops
+        mp.setattr(gate._ModelRun, "step", step)
+        assert gate.model_check(variant, ops=ops, seed=seed) == ops
     return seen
 
 
@@ -504,7 +507,7 @@ def test_same_seed_same_operations(baseline):
 
 def test_same_seed_same_result(broken_file, baseline):
     broken = load(f"{broken_file}::CursorOffByOne", baseline)
-    runs = [validate.gate([baseline, broken], ops=QUICK_OPS, seed=s)[1] for s in (11, 11, 12)]
+    runs = [gate.gate([baseline, broken], ops=QUICK_OPS, seed=s)[1] for s in (11, 11, 12)]
     assert runs[0].error == runs[1].error
     assert runs[0].ops_checked == runs[1].ops_checked
     assert runs[0].error != runs[2].error
@@ -566,7 +569,7 @@ def test_mutants_refused_against_vllm_0_32_0(broken_file):
     """The same mutants, with the real release as baseline and block class."""
     sources = ["vllm==0.32.0", *(f"{broken_file}::{m.name}" for m in MUTANTS)]
     variants = loader.load_variants(sources)
-    results = validate.gate(variants, ops=QUICK_OPS)
+    results = gate.gate(variants, ops=QUICK_OPS)
     assert results[0].ok, results[0].error
     for mutant, result in zip(MUTANTS, results[1:], strict=True):
         assert not result.ok, mutant.name
@@ -718,18 +721,18 @@ def small_queue_gate(size_file, baseline):
     """The gate without part 2 (``sizes=()``, i.e. the gate before it had part 2) at its
     default 60,000 operations, over every size mutant."""
     variants = [baseline, *(load(f"{size_file}::{m.name}", baseline) for m in SIZE_MUTANTS)]
-    return validate.gate(variants, sizes=())
+    return gate.gate(variants, sizes=())
 
 
 def test_default_sizes_are_the_timed_pools_and_the_minimum():
-    assert validate.MIN_POOL == params.MIN_POOL
-    assert (params.MIN_POOL, *schema.POOLS) == validate.DEFAULT_SIZES
-    gate_params = inspect.signature(validate.gate).parameters
-    assert gate_params["sizes"].default == validate.DEFAULT_SIZES
+    assert gate.MIN_POOL == params.MIN_POOL
+    assert (params.MIN_POOL, *schema.POOLS) == gate.DEFAULT_SIZES
+    gate_params = inspect.signature(gate.gate).parameters
+    assert gate_params["sizes"].default == gate.DEFAULT_SIZES
     assert gate_params["size_ops"].default is None
     # The timed batch lengths: alloc1/2/8/32 and the batches of mix.
-    assert validate.TIMED_BATCHES == (1, 2, 8, 32)
-    assert max(cases.MIX_SIZES) <= max(validate.TIMED_BATCHES) < validate.MAX_BATCH
+    assert gate.TIMED_BATCHES == (1, 2, 8, 32)
+    assert max(cases.MIX_SIZES) <= max(gate.TIMED_BATCHES) < gate.MAX_BATCH
 
 
 @pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
@@ -739,20 +742,20 @@ def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
     result = small_queue_gate[1 + SIZE_MUTANTS.index(mutant)]
     assert result.label.endswith(f"::{mutant.name}")
     assert result.ok, f"{mutant.name}: {result.error}"
-    assert result.ops_checked == validate.DEFAULT_OPS
-    assert result.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert result.ops_checked == gate.DEFAULT_OPS
+    assert result.invalid_compared == len(gate.INVALID_SCENARIOS)
     assert result.sizes == () and result.size_ops_checked == 0
 
 
 @pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
 def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
-    base_result, result = validate.gate([baseline, broken], ops=QUICK_OPS)
-    assert base_result.ok and base_result.sizes == validate.DEFAULT_SIZES, base_result.error
+    base_result, result = gate.gate([baseline, broken], ops=QUICK_OPS)
+    assert base_result.ok and base_result.sizes == gate.DEFAULT_SIZES, base_result.error
     assert result.ok is False, f"gate passed a queue where {mutant.bug}"
     # Parts 1 and 3 passed it; part 2 refused it at the first size where it misbehaves.
     assert result.ops_checked == QUICK_OPS
-    assert result.invalid_compared == len(validate.INVALID_SCENARIOS)
+    assert result.invalid_compared == len(gate.INVALID_SCENARIOS)
     first = result.error.splitlines()[0]
     match = re.match(
         r"size (\d+): (operation #\d+ |whole-structure check after operation #\d+: "
@@ -761,9 +764,9 @@ def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     )
     assert match, first
     assert int(match.group(1)) == mutant.first_size
-    sizes = validate.DEFAULT_SIZES
+    sizes = gate.DEFAULT_SIZES
     assert result.sizes == sizes[: sizes.index(mutant.first_size)]
-    assert result.size_ops_checked < len(sizes) * (QUICK_OPS // validate.SIZE_OPS_DIVISOR)
+    assert result.size_ops_checked < len(sizes) * (QUICK_OPS // gate.SIZE_OPS_DIVISOR)
     assert mutant.names_op in result.error, result.error
     assert "expected:" in result.error and "got:" in result.error, result.error
     assert result.line().startswith("FAIL")
@@ -773,11 +776,11 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
     """The runner's call (``--json --ops N --seed S SOURCES``, no size option) already
     runs part 2 at every timed size."""
     source = f"{size_file}::PopOneKeepsLinksWhenLong"
-    seed = str(validate.DEFAULT_SEED)
+    seed = str(gate.DEFAULT_SEED)
     proc = run_cli("validate", "--json", "--ops", "60000", "--seed", seed, "kvqueue", source)
     assert proc.returncode == 1, proc.stderr
     base, broken = json.loads(proc.stdout)["results"]
-    assert base["ok"] and base["sizes"] == list(validate.DEFAULT_SIZES)
+    assert base["ok"] and base["sizes"] == list(gate.DEFAULT_SIZES)
     assert base["size_ops_checked"] == 3 * 15_000
     assert not broken["ok"] and broken["sizes"] == []
     assert broken["error"].startswith("size 64: operation #"), broken["error"]
@@ -788,12 +791,12 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
 @pytest.mark.parametrize("mutant", LONG_BATCH_MUTANTS, ids=lambda m: m.name)
 def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
-    with pytest.raises(validate.ValidationError) as small:
-        validate.model_check(broken)
+    with pytest.raises(gate.ValidationError) as small:
+        gate.model_check(broken)
     assert mutant.names_op in str(small.value)
-    for size in validate.DEFAULT_SIZES:
-        with pytest.raises(validate.ValidationError) as sized:
-            validate.size_check(broken, size, ops=QUICK_OPS // validate.SIZE_OPS_DIVISOR)
+    for size in gate.DEFAULT_SIZES:
+        with pytest.raises(gate.ValidationError) as sized:
+            gate.size_check(broken, size, ops=QUICK_OPS // gate.SIZE_OPS_DIVISOR)
         message = str(sized.value)
         assert message.startswith(f"size {size}: operation #"), message
         assert mutant.names_op in message, message
@@ -804,13 +807,13 @@ def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_f
 def test_correct_queues_pass_at_every_timed_size(default_run):
     """kvqueue, the good fixture and the floor bound, at the default op count."""
     _, results, _, _ = default_run
-    per_size = validate.DEFAULT_OPS // validate.SIZE_OPS_DIVISOR
+    per_size = gate.DEFAULT_OPS // gate.SIZE_OPS_DIVISOR
     assert per_size == 15_000
     for result in results:
         assert result.ok, result.error
-        assert result.sizes == validate.DEFAULT_SIZES
+        assert result.sizes == gate.DEFAULT_SIZES
         assert set(schema.POOLS) <= set(result.sizes) and params.MIN_POOL in result.sizes
-        assert result.size_ops_checked == len(validate.DEFAULT_SIZES) * per_size
+        assert result.size_ops_checked == len(gate.DEFAULT_SIZES) * per_size
         # Elapsed time is recorded and part of the total. The bound is loose (measured
         # ~1.2 s); an O(size) check after every operation would take ~10 minutes.
         assert 0 < result.size_seconds < result.seconds
@@ -821,12 +824,12 @@ def test_correct_queues_pass_at_every_timed_size(default_run):
 def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
     """At 2,048 blocks: every operation, every timed batch length and longer ones,
     block ids >= 1000, a count that never drops below 60, and regular full walks."""
-    ops = validate.DEFAULT_OPS // validate.SIZE_OPS_DIVISOR
+    ops = gate.DEFAULT_OPS // gate.SIZE_OPS_DIVISOR
     seen: Counter = Counter()
     lengths: dict[str, set[int]] = {"popleft_n": set(), "append_n": set(), "prepend_n": set()}
     ids: set[int] = set()
     counts: list[int] = []
-    real_step, real_walk = validate._SizedRun.step, validate._SizedRun.walk
+    real_step, real_walk = gate._SizedRun.step, gate._SizedRun.walk
 
     def step(self):
         real_step(self)
@@ -845,14 +848,14 @@ def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
         real_walk(self)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(validate._SizedRun, "step", step)
-        mp.setattr(validate._SizedRun, "walk", walk)
-        assert validate.size_check(baseline, 2048, ops) == ops
+        mp.setattr(gate._SizedRun, "step", step)
+        mp.setattr(gate._SizedRun, "walk", walk)
+        assert gate.size_check(baseline, 2048, ops) == ops
     kinds = {"popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"}
     assert all(seen[k] > 500 for k in [*kinds, "iter_blocks_after"]), seen
     for kind, found in lengths.items():
-        assert set(validate.TIMED_BATCHES) <= found, (kind, sorted(found))
-        assert max(found) == validate.MAX_BATCH, (kind, sorted(found))
+        assert set(gate.TIMED_BATCHES) <= found, (kind, sorted(found))
+        assert max(found) == gate.MAX_BATCH, (kind, sorted(found))
     assert sum(i >= 1000 for i in ids) > 900
     assert min(counts) >= 60 and max(counts) == 2048
     assert seen["walk"] >= ops // (2048 // 20)
@@ -861,15 +864,15 @@ def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
 @pytest.mark.parametrize("bad", [0, -64, 64.0, True, "64"])
 def test_gate_refuses_bad_sizes_before_running(bad, baseline):
     with pytest.raises(ValueError, match="queue sizes must be whole numbers >= 1"):
-        validate.gate([baseline], sizes=[64, bad])
+        gate.gate([baseline], sizes=[64, bad])
 
 
 def test_size_check_same_seed_same_result(size_file, baseline):
     broken = load(f"{size_file}::RemoveKeepsLinksOfHighIds", baseline)
     errors = []
     for seed in (3, 3, 4):
-        with pytest.raises(validate.ValidationError) as info:
-            validate.size_check(broken, 2048, ops=2_000, seed=seed)
+        with pytest.raises(gate.ValidationError) as info:
+            gate.size_check(broken, 2048, ops=2_000, seed=seed)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
     assert errors[0] != errors[2]
@@ -880,8 +883,9 @@ def test_gate_with_sizes_runs_on_a_bare_interpreter():
     """Part 2 needs nothing outside the standard library (``python -I -S``)."""
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
-        "from kvqueue import loader, validate\n"
-        "r = validate.gate(loader.load_variants(['kvqueue']), ops=400)[0]\n"
+        "from kvqueue.sources import loader\n"
+        "from kvqueue.gate import gate\n"
+        "r = gate.gate(loader.load_variants(['kvqueue']), ops=400)[0]\n"
         "print(r.ok, r.sizes, r.size_ops_checked)\n"
     )
     proc = subprocess.run(
@@ -895,9 +899,9 @@ def test_gate_with_sizes_runs_on_a_bare_interpreter():
 def test_size_mutants_refused_against_vllm_0_32_0(size_file):
     """The release itself passes at the timed sizes; the size mutants do not."""
     sources = ["vllm==0.32.0", *(f"{size_file}::{m.name}" for m in SIZE_MUTANTS)]
-    results = validate.gate(loader.load_variants(sources), ops=QUICK_OPS)
+    results = gate.gate(loader.load_variants(sources), ops=QUICK_OPS)
     assert results[0].ok, results[0].error
-    assert results[0].sizes == validate.DEFAULT_SIZES
+    assert results[0].sizes == gate.DEFAULT_SIZES
     for mutant, result in zip(SIZE_MUTANTS, results[1:], strict=True):
         assert not result.ok, mutant.name
         assert result.error.startswith(f"size {mutant.first_size}: "), result.error

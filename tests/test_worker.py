@@ -1,4 +1,4 @@
-"""The timing worker (``python -m kvqueue.worker``) and the timed cases (docs/design.md §4).
+"""The timing worker (``python -m kvqueue.bench.worker``) and the timed cases (docs/design.md §4).
 
 Workers run in subprocesses only: ``run_process`` pins its own process to one CPU, which
 must never happen to the pytest process. Parameters are tiny (64/128-block pools,
@@ -16,7 +16,10 @@ from collections import Counter
 import pytest
 from benchutil import GOOD_QUEUE, check_orders, run_worker
 
-from kvqueue import cases, loader, schema, worker
+from kvqueue import schema
+from kvqueue.bench import worker
+from kvqueue.sources import loader
+from kvqueue.subject import cases
 
 SOURCES = ["kvqueue", "kvqueue:floor", str(GOOD_QUEUE)]
 ROW_KEYS = schema.SAMPLE_COLUMNS[2:]  # worker rows lack process and phase

@@ -1,4 +1,4 @@
-"""The report's structure (kvqueue.sections) and the PR writeup rendered from it.
+"""The report's structure (kvqueue.report.sections) and the PR writeup rendered from it.
 
 Sizes are checked on synthetic runs of the full protocol (tests/synthetic.py
 ``write_hosts``): the part of ``pr-writeup.md`` outside ``<details>`` stays within 8,000
@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 from synthetic import PYTHONS, THIRD_PAIR, write_fixture, write_hosts
 
-from kvqueue import figures, params, processed, report_html, sections, tables, writeup
+from kvqueue import params
+from kvqueue.report import figures, html, processed, sections, tables, writeup
 
 FAST = params.ReportSettings(resamples=2000)
 VISIBLE_BUDGET = 8_000
@@ -110,14 +111,14 @@ def test_sections_open_with_the_answer(fixture_data: processed.Processed) -> Non
 def test_html_and_markdown_render_the_same_sections(fixture_data: processed.Processed) -> None:
     secs = sections.build(fixture_data)
     md = _writeup(fixture_data)
-    html = "\n".join(report_html.section_html(s) for s in secs)
+    page = "\n".join(html.section_html(s) for s in secs)
     positions_md = [md.index(s.title) for s in secs if s.writeup]
     assert positions_md == sorted(positions_md)
-    positions_html = [html.index(f'id="{s.key}"') for s in secs]
+    positions_html = [page.index(f'id="{s.key}"') for s in secs]
     assert positions_html == sorted(positions_html)
     for s in secs:
         if s.table is not None and not s.table.empty:
-            assert tables.to_html(s.table) in html, s.key
+            assert tables.to_html(s.table) in page, s.key
             if s.writeup:
                 assert tables.to_markdown(s.table) in md, s.key
     # A section left out of the writeup is named there.
@@ -174,9 +175,9 @@ def test_missing_interval_reads_na_everywhere(fixture_data: processed.Processed)
     md = _writeup(data)
     assert not re.search(r"\bnan\b", md, re.I), re.findall(r".{40}\bnan\b.{20}", md, re.I)
     assert "(CI n/a)" in md
-    html = "\n".join(report_html.section_html(s) for s in sections.build(data))
-    assert not re.search(r"\bnan\b", html, re.I), re.findall(r".{40}\bnan\b.{20}", html, re.I)
-    assert "(CI n/a)" in html and ">n/a<" in html  # summary/grid cells; CI columns
+    page = "\n".join(html.section_html(s) for s in sections.build(data))
+    assert not re.search(r"\bnan\b", page, re.I), re.findall(r".{40}\bnan\b.{20}", page, re.I)
+    assert "(CI n/a)" in page and ">n/a<" in page  # summary/grid cells; CI columns
 
 
 # ---------------------------------------------------------------------------------------

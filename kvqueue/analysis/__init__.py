@@ -1,0 +1,3 @@
+"""Raw runs to processed tables: strict reading, statistics, intervals and their measured
+coverage. Imports nothing that measures.
+"""

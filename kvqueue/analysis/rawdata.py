@@ -1,0 +1,826 @@
+"""Read and check the raw runs under ``data/raw/<host>/<run-id>/`` (format: :mod:`schema`).
+
+Every problem is raised as :class:`RawDataError` whose message is ONE line that starts
+with the offending file, so ``make report`` can print it and stop. Runs whose status is
+not ``"complete"`` are kept aside (their ``samples.csv`` may be cut short and is not
+read) so the report can name them.
+
+Integrity of a complete run (:attr:`Run.integrity`, :attr:`Run.altered`):
+
+- its files are checked against the digests that ``run.json`` records (schema 2, see
+  :mod:`kvqueue.bench.runfiles`): the sha256 and row count of ``samples.csv``, the sha256 of
+  ``bench.ipynb`` when one is recorded. A ``bench.ipynb`` without a recorded digest is
+  noted (``notebook not sealed``), not held against the run. Schema-1 runs record no
+  digests: they are ``unsealed (schema 1)``;
+- its samples are checked against its own plan (:func:`plan_problem`): processes x
+  phases x cases x pools x variants x samples, no gaps, nothing extra, process numbers
+  ``1..processes_completed`` per phase, each round's order positions a permutation.
+
+A run that fails either check is *altered*: it stays in :attr:`RawData.runs` (so the
+report names it, with the reason) but out of :attr:`RawData.included`, so out of every
+statistic. A run id that appears in two folders, or two complete runs with
+byte-identical ``samples.csv``, is a :class:`RawDataError` naming both folders (a copied
+run must never count as an independent one).
+
+Kinds (``run.json`` ``kind``, :data:`kvqueue.schema.RUN_KINDS`): bench and history runs
+share the bench format and every check above. A run of another kind (``policy``) is
+checked for the keys every kind has and for the digests of every file its ``files``
+records; its own files are read by its own module, from :attr:`Run.path`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvqueue import schema
+
+RUN_JSON = schema.RUN_JSON
+SAMPLES_CSV = schema.SAMPLES_CSV
+BENCH_NOTEBOOK = schema.BENCH_NOTEBOOK
+COMPLETE = "complete"
+
+#: :attr:`Run.integrity` of a run whose files match the digests its ``run.json`` records.
+SEALED = "sealed"
+#: ... of such a run whose ``bench.ipynb`` has no recorded digest (noted, not held
+#: against the run: the notebook is the run's record, not its data).
+SEALED_NOTEBOOK_UNSEALED = "sealed (notebook not sealed)"
+#: ... of a schema-1 run (recorded no digests; only the plan checks apply).
+UNSEALED_V1 = "unsealed (schema 1)"
+#: ... of a schema-2 ``run.json`` without ``files`` (the runner always writes it, so this
+#: is a hand-made or stripped record; only the plan checks apply).
+UNSEALED_NO_DIGESTS = "unsealed (run.json records no digests)"
+#: Prefix of :attr:`Run.integrity` of an altered run (the reason follows).
+ALTERED = "altered: "
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+_INT_COLUMNS = (
+    "process",
+    "pool",
+    "sample",
+    "order_position",
+    "loops",
+    "ops_per_loop",
+    "ns_total",
+    "epoch",
+)
+_FLOAT_COLUMNS = ("ns_per_cycle",)
+_STR_COLUMNS = ("phase", "case", "variant")
+
+
+class RawDataError(ValueError):
+    """A raw file is missing or malformed; ``str()`` is one line naming the file."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = " ".join(str(problem).split())
+        super().__init__(f"{self.path}: {self.problem}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: its metadata and (for complete runs) its samples.
+
+    Attributes
+    ----------
+    path
+        The run folder.
+    meta
+        The parsed ``run.json``.
+    samples
+        Checked samples (columns :data:`schema.SAMPLE_COLUMNS`), or ``None`` for a run
+        that is not complete (or whose ``samples.csv`` does not match its digest).
+    integrity
+        For a complete run: :data:`SEALED`, :data:`SEALED_NOTEBOOK_UNSEALED`,
+        :data:`UNSEALED_V1`, :data:`UNSEALED_NO_DIGESTS` or :data:`ALTERED` + reason;
+        ``None`` for a run that is not complete (its files are not checked).
+    altered
+        Why the run's files disagree with its ``run.json`` (one line), or ``None``.
+    samples_sha256
+        sha256 of ``samples.csv`` as read (complete runs).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    samples: pd.DataFrame | None
+    integrity: str | None = None
+    altered: str | None = None
+    samples_sha256: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run id (also the folder name)."""
+        return str(self.meta["run_id"])
+
+    @property
+    def host(self) -> str:
+        """The host label given to ``make bench``."""
+        return str(self.meta["host"])
+
+    @property
+    def status(self) -> str:
+        """``complete``, ``running``, ``interrupted`` or ``failed``."""
+        return str(self.meta["status"])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every planned process finished (``status`` is ``complete``)."""
+        return self.status == COMPLETE
+
+    @property
+    def kind(self) -> str:
+        """What the run measured: ``bench``, ``history`` or ``policy``."""
+        return schema.run_kind(self.meta)
+
+    @property
+    def included(self) -> bool:
+        """Whether the run enters the analysis: complete and not altered."""
+        if self.kind not in schema.BENCH_FORMAT_KINDS:
+            return self.complete and self.altered is None
+        return self.complete and self.altered is None and self.samples is not None
+
+    @property
+    def interpreter(self) -> str:
+        """The measured interpreter, e.g. ``CPython 3.12.1``."""
+        py = self.meta["python"]
+        return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
+
+    @property
+    def started(self) -> datetime | None:
+        """Start time (for picking the newest run), or ``None`` if unparsable."""
+        try:
+            return datetime.fromisoformat(str(self.meta.get("started_at")))
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class RawData:
+    """All runs found under a raw directory, sorted by (host, run id)."""
+
+    runs: tuple[Run, ...]
+
+    @property
+    def complete(self) -> tuple[Run, ...]:
+        """Runs whose status is ``complete`` (altered ones included)."""
+        return tuple(r for r in self.runs if r.complete)
+
+    @property
+    def included(self) -> tuple[Run, ...]:
+        """Runs that enter the analysis: complete and not altered."""
+        return tuple(r for r in self.runs if r.included)
+
+    @property
+    def left_out(self) -> tuple[Run, ...]:
+        """Runs left out: not complete, or altered."""
+        return tuple(r for r in self.runs if not r.included)
+
+    def of_kind(self, *kinds: str) -> RawData:
+        """The runs of the given kinds only (``bench``, ``history``, ``policy``)."""
+        return RawData(tuple(r for r in self.runs if r.kind in kinds))
+
+
+# ---------------------------------------------------------------------------------------
+# discovery
+
+
+def run_dirs(raw_dir: Path | str) -> list[Path]:
+    """List run folders (``<raw_dir>/<host>/<run-id>/``), sorted.
+
+    Parameters
+    ----------
+    raw_dir
+        The raw-data root.
+
+    Returns
+    -------
+    list of pathlib.Path
+        Hidden entries (``.gitkeep``, ...) are ignored.
+
+    Raises
+    ------
+    RawDataError
+        If ``raw_dir`` is not a directory.
+    """
+    root = Path(raw_dir)
+    if not root.is_dir():
+        raise RawDataError(root, "raw-data directory not found")
+    found = []
+    for host_dir in sorted(root.iterdir()):
+        if host_dir.name.startswith(".") or not host_dir.is_dir():
+            continue
+        found.extend(
+            d for d in sorted(host_dir.iterdir()) if d.is_dir() and not d.name.startswith(".")
+        )
+    return found
+
+
+def read_raw(raw_dir: Path | str) -> RawData:
+    """Read and check every run under ``raw_dir``.
+
+    Parameters
+    ----------
+    raw_dir
+        The raw-data root.
+
+    Returns
+    -------
+    RawData
+        Complete runs carry their samples; other runs only their metadata.
+
+    Raises
+    ------
+    RawDataError
+        On the first missing or malformed file; when a run id is in two folders (any
+        hosts) or two complete runs have byte-identical ``samples.csv`` (a copied run).
+    """
+    dirs = run_dirs(raw_dir)
+    first_of: dict[str, Path] = {}
+    for d in dirs:
+        if d.name in first_of:
+            raise RawDataError(
+                d,
+                f"run id {d.name} appears twice in the raw data: folders {first_of[d.name]} "
+                f"and {d} (a copied run; a run id must be unique across hosts)",
+            )
+        first_of[d.name] = d
+    runs = tuple(read_run(d) for d in dirs)
+    by_digest: dict[str, Run] = {}
+    for run in runs:
+        if run.samples_sha256 is None:
+            continue
+        other = by_digest.setdefault(run.samples_sha256, run)
+        if other is not run:
+            raise RawDataError(
+                run.path / SAMPLES_CSV,
+                f"byte-identical to {other.path / SAMPLES_CSV}: folders {other.path} and "
+                f"{run.path} hold the same samples (a copied run)",
+            )
+    return RawData(runs)
+
+
+def read_run(run_dir: Path | str) -> Run:
+    """Read one run folder (samples only when the run is complete).
+
+    Parameters
+    ----------
+    run_dir
+        ``<raw_dir>/<host>/<run-id>``.
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    RawDataError
+        If ``run.json`` is missing or malformed, or a complete run's ``samples.csv`` is.
+        Files that disagree with the run's digests or plan are not an error: the run
+        comes back *altered* (see the module docstring).
+    """
+    run_dir = Path(run_dir)
+    meta = read_run_json(run_dir / RUN_JSON)
+    if meta["run_id"] != run_dir.name or meta["host"] != run_dir.parent.name:
+        raise RawDataError(
+            run_dir / RUN_JSON,
+            f"host/run_id {meta['host']!r}/{meta['run_id']!r} do not match the folder "
+            f"{run_dir.parent.name}/{run_dir.name}",
+        )
+    if meta["status"] != COMPLETE:
+        return Run(run_dir, meta, None)
+    if schema.run_kind(meta) not in schema.BENCH_FORMAT_KINDS:
+        problem = _check_recorded_files(run_dir, meta)
+        if problem is not None:
+            return Run(run_dir, meta, None, ALTERED + problem, problem)
+        return Run(run_dir, meta, None, SEALED if meta.get(schema.FILES_KEY) else None)
+    path = run_dir / SAMPLES_CSV
+    _require(path.is_file(), path, "missing (a complete run needs its samples)")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    integrity, problem = _check_digests(run_dir, meta, digest)
+    if problem is not None:
+        # The file is not the one the run wrote: never parse it into the analysis.
+        return Run(run_dir, meta, None, ALTERED + problem, problem, digest)
+    samples = read_samples(path, meta)
+    recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(SAMPLES_CSV) or {}).get("rows")
+    if recorded_rows is not None and recorded_rows != len(samples):
+        problem = f"samples.csv has {len(samples):,} rows, run.json records {recorded_rows:,}"
+    else:
+        problem = plan_problem(meta, samples)
+    if problem is not None:
+        return Run(run_dir, meta, samples, ALTERED + problem, problem, digest)
+    return Run(run_dir, meta, samples, integrity, None, digest)
+
+
+def _check_digests(
+    run_dir: Path, meta: dict[str, Any], samples_sha256: str
+) -> tuple[str, str | None]:
+    """``(integrity, problem)``: the run's files against the digests ``run.json`` records."""
+    files = meta.get(schema.FILES_KEY)
+    if files is None:
+        return (UNSEALED_V1 if meta["schema_version"] < 2 else UNSEALED_NO_DIGESTS), None
+    sealed = files.get(SAMPLES_CSV)
+    if sealed is None:
+        return SEALED, "run.json records no digest of samples.csv"
+    if sealed["sha256"] != samples_sha256:
+        return SEALED, "samples.csv sha256 differs from run.json (edited after the run)"
+    notebook = run_dir / BENCH_NOTEBOOK
+    nb_sealed = files.get(BENCH_NOTEBOOK)
+    if nb_sealed is None:
+        return (SEALED_NOTEBOOK_UNSEALED if notebook.is_file() else SEALED), None
+    if not notebook.is_file():
+        return SEALED, "bench.ipynb is missing, run.json records its sha256"
+    if hashlib.sha256(notebook.read_bytes()).hexdigest() != nb_sealed["sha256"]:
+        return SEALED, "bench.ipynb sha256 differs from run.json (edited after the run)"
+    return SEALED, None
+
+
+def _check_recorded_files(run_dir: Path, meta: dict[str, Any]) -> str | None:
+    """The first file of a non-bench run that differs from its recorded sha256, or None.
+
+    A complete run of such a kind must record its files: without digests nothing could
+    tell its data from an edited copy.
+    """
+    files = meta.get(schema.FILES_KEY)
+    if not files:
+        return "run.json records no digests of its files"
+    for name, entry in sorted(files.items()):
+        target = run_dir / name
+        if Path(name).name != name or not target.is_file():
+            return f"{name} is missing, run.json records its sha256"
+        if hashlib.sha256(target.read_bytes()).hexdigest() != entry["sha256"]:
+            return f"{name} sha256 differs from run.json (edited after the run)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# run.json
+
+
+#: (dotted key, allowed types) of optional run.json fields with a fixed type.
+_TYPED_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("started_at", (str,)),
+    ("ended_at", (str,)),
+    ("machine.cpu_count", (int,)),
+    ("parameters.processes", (int,)),
+    ("parameters.confirm_processes", (int,)),
+    ("parameters.samples", (int,)),
+    ("parameters.sample_ms", (int, float)),
+    ("parameters.warmup_ms", (int, float)),
+    ("parameters.quick", (bool,)),
+    ("parameters.aa", (bool,)),
+    ("processes_planned.main", (int,)),
+    ("processes_planned.confirm", (int,)),
+    ("processes_completed.main", (int,)),
+    ("processes_completed.confirm", (int,)),
+    ("project.dirty", (bool,)),
+)
+
+
+def _lookup(meta: dict[str, Any], dotted: str) -> Any:
+    node: Any = meta
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _bool_as_number(value: Any, kinds: tuple[type, ...]) -> bool:
+    # bool is a subclass of int: True must not pass as a process count.
+    return isinstance(value, bool) and bool not in kinds
+
+
+def _require(cond: bool, path: Path, problem: str) -> None:
+    if not cond:
+        raise RawDataError(path, problem)
+
+
+def read_run_json(path: Path | str) -> dict[str, Any]:
+    """Parse and check a ``run.json``.
+
+    Parameters
+    ----------
+    path
+        The file.
+
+    Returns
+    -------
+    dict
+        The metadata (extra keys are kept).
+
+    Raises
+    ------
+    RawDataError
+        Missing file, invalid JSON, wrong schema version, missing keys or wrong types.
+    """
+    path = Path(path)
+    _require(path.is_file(), path, "missing (every run folder needs one)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RawDataError(path, f"not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise RawDataError(
+            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    _require(isinstance(meta, dict), path, "must hold one JSON object")
+    kind = meta.get(schema.KIND_KEY, schema.KIND_BENCH)
+    _require(
+        kind in schema.RUN_KINDS,
+        path,
+        f"kind {kind!r} is not one of {', '.join(schema.RUN_KINDS)}",
+    )
+    if kind not in schema.BENCH_FORMAT_KINDS:
+        return _check_common(meta, path)
+    missing = [k for k in schema.RUN_KEYS if k not in meta]
+    _require(not missing, path, f"missing key(s): {', '.join(missing)}")
+    _require(
+        meta["schema_version"] in schema.READABLE_VERSIONS,
+        path,
+        f"schema_version {meta['schema_version']!r} is not one of {schema.READABLE_VERSIONS}",
+    )
+    for key in ("run_id", "host", "status", "baseline"):
+        _require(isinstance(meta[key], str) and meta[key] != "", path, f"{key} must be a string")
+    for key in (
+        "machine",
+        "python",
+        "parameters",
+        "seeds",
+        "project",
+        "processes_planned",
+        "processes_completed",
+    ):
+        _require(isinstance(meta[key], dict), path, f"{key} must be an object")
+    _require(isinstance(meta["process_info"], list), path, "process_info must be a list")
+    variants = meta["variants"]
+    _require(
+        isinstance(variants, list) and variants and all(isinstance(v, dict) for v in variants),
+        path,
+        "variants must be a non-empty list of objects",
+    )
+    for i, var in enumerate(variants):
+        for key in ("label", "source"):
+            _require(
+                isinstance(var.get(key), str) and var[key] != "",
+                path,
+                f"variants[{i}].{key} must be a string",
+            )
+    labels = [v["label"] for v in variants]
+    _require(len(set(labels)) == len(labels), path, "variant labels are not unique")
+    _require(meta["baseline"] in labels, path, f"baseline {meta['baseline']!r} is not a variant")
+    # Optional fields that the processed tables store as numbers or booleans: a wrong
+    # type must be reported here, with the file, not deep inside pandas.
+    for dotted, kinds in _TYPED_FIELDS:
+        value = _lookup(meta, dotted)
+        _require(
+            value is None or (isinstance(value, kinds) and not _bool_as_number(value, kinds)),
+            path,
+            f"{dotted} must be {' or '.join(k.__name__ for k in kinds)} or null, got {value!r}",
+        )
+    for i, var in enumerate(variants):
+        for key, kinds in (("is_bound", (bool,)), ("gate", (dict,))):
+            _require(
+                var.get(key) is None or isinstance(var[key], kinds),
+                path,
+                f"variants[{i}].{key} has the wrong type",
+            )
+        for key in ("ops_checked", "invalid_compared"):
+            value = (var.get("gate") or {}).get(key)
+            _require(
+                value is None or (isinstance(value, int) and not isinstance(value, bool)),
+                path,
+                f"variants[{i}].gate.{key} must be an integer or null",
+            )
+    if meta["status"] == COMPLETE:
+        params = meta["parameters"]
+        for key in ("processes", "samples", "sample_ms"):
+            _require(
+                isinstance(params.get(key), int | float) and not isinstance(params[key], bool),
+                path,
+                f"parameters.{key} must be a number",
+            )
+        for key, kind in (("pools", int), ("cases", str), ("confirm_cases", str)):
+            value = params.get(key)
+            if key == "confirm_cases" and value is None:
+                continue  # optional: the runner's default applies
+            _require(
+                isinstance(value, list)
+                and all(isinstance(v, kind) and not isinstance(v, bool) for v in value),
+                path,
+                f"parameters.{key} must be a list of {'integers' if kind is int else 'strings'}",
+            )
+    _check_files_entry(meta, path)
+    return meta
+
+
+def _check_common(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Check the keys every kind of run has (a policy run's own keys are its module's)."""
+    missing = [k for k in schema.COMMON_RUN_KEYS if k not in meta]
+    _require(not missing, path, f"missing key(s): {', '.join(missing)}")
+    _require(
+        meta["schema_version"] in schema.READABLE_VERSIONS,
+        path,
+        f"schema_version {meta['schema_version']!r} is not one of {schema.READABLE_VERSIONS}",
+    )
+    for key in ("run_id", "host", "status"):
+        _require(isinstance(meta[key], str) and meta[key] != "", path, f"{key} must be a string")
+    for key in ("machine", "python", "parameters", "seeds", "project"):
+        _require(isinstance(meta[key], dict), path, f"{key} must be an object")
+    files = meta.get(schema.FILES_KEY)
+    _require(
+        files is None or isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object"
+    )
+    for name, entry in (files or {}).items():
+        _require(
+            isinstance(entry, dict)
+            and isinstance(entry.get("sha256"), str)
+            and bool(_SHA256_RE.fullmatch(entry["sha256"])),
+            path,
+            f"{schema.FILES_KEY}.{name}.sha256 must be a hex sha256",
+        )
+    return meta
+
+
+def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
+    """Check the shape of ``files`` (the digests, schema 2) when it is present."""
+    files = meta.get(schema.FILES_KEY)
+    if files is None:
+        return
+    _require(isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object")
+    for name in (SAMPLES_CSV, BENCH_NOTEBOOK):
+        entry = files.get(name)
+        if entry is None:
+            continue
+        where = f"{schema.FILES_KEY}.{name}"
+        _require(isinstance(entry, dict), path, f"{where} must be an object")
+        _require(
+            isinstance(entry.get("sha256"), str) and bool(_SHA256_RE.fullmatch(entry["sha256"])),
+            path,
+            f"{where}.sha256 must be a hex sha256",
+        )
+        if name == SAMPLES_CSV:
+            rows = entry.get("rows")
+            _require(
+                isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0,
+                path,
+                f"{where}.rows must be a whole number",
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# the run's plan
+
+
+def planned_cases(meta: dict[str, Any], phase: str) -> list[str]:
+    """The cases that one process of ``phase`` timed, by the run's own parameters.
+
+    ``main`` times ``parameters.cases``. ``confirm`` times ``parameters.confirm_cases`` as
+    recorded from schema 2 on (the runner records the effective list); a schema-1 run
+    recorded the list as given, so the rule of :func:`kvqueue.bench.runner.phase_cases` is
+    replayed: the confirmation cases that the run measured, or all of them when it
+    measured none (a missing list is the default :data:`kvqueue.schema.CONFIRM_CASES`).
+    """
+    params = meta["parameters"]
+    cases = list(params["cases"])
+    if phase == "main":
+        return cases
+    confirm = params.get("confirm_cases")
+    confirm = list(schema.CONFIRM_CASES if confirm is None else confirm)
+    if meta["schema_version"] >= 2:
+        return confirm
+    return [c for c in confirm if c in cases] or confirm
+
+
+def _numbers(values: Any) -> str:
+    """``1-8, 12``: sorted whole numbers as ranges."""
+    runs: list[list[int]] = []
+    for n in sorted({int(v) for v in values}):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
+def plan_problem(meta: dict[str, Any], samples: pd.DataFrame) -> str | None:
+    """How a complete run's samples disagree with its own plan, or ``None``.
+
+    The plan: for each phase, processes ``1..processes_completed[phase]`` (which must
+    equal ``processes_planned[phase]``, the run being complete), each timing every case
+    of :func:`planned_cases` x every pool of ``parameters.pools`` x every variant x
+    samples ``0..parameters.samples - 1``, once; in each sample round the variants take
+    the order positions ``0..n_variants - 1`` once each.
+
+    Parameters
+    ----------
+    meta
+        The run's checked ``run.json``.
+    samples
+        Its checked samples (:func:`read_samples`: known phases, cases and variants, no
+        duplicate sample).
+
+    Returns
+    -------
+    str or None
+        One line naming the first disagreement.
+    """
+    params = meta["parameters"]
+    labels = [v["label"] for v in meta["variants"]]
+    pools = set(params["pools"])
+    n_samples = int(params["samples"])
+    planned, completed = meta["processes_planned"], meta["processes_completed"]
+    for phase in schema.PHASES:
+        want, done = planned.get(phase) or 0, completed.get(phase) or 0
+        if done != want:
+            return (
+                f"status complete, but run.json counts {done} of {want} planned "
+                f"{phase} processes as completed"
+            )
+    for phase in schema.PHASES:
+        rows = samples[samples["phase"] == phase]
+        done = completed.get(phase) or 0
+        have = set(rows["process"].unique().tolist())
+        if have != set(range(1, done + 1)):
+            return (
+                f"samples.csv has {len(have)} {phase} process(es) ({_numbers(have)}), "
+                f"run.json counts {done} completed"
+            )
+        if not done:
+            continue
+        cases = planned_cases(meta, phase)
+        for col, allowed, what in (
+            ("case", set(cases), f"a case that its plan does not time ({' '.join(cases)})"),
+            (
+                "pool",
+                pools,
+                f"a pool not in parameters.pools ({' '.join(map(str, sorted(pools)))})",
+            ),
+            ("sample", set(range(n_samples)), f"a sample outside 0-{n_samples - 1}"),
+        ):
+            bad = rows[~rows[col].isin(allowed)]
+            if len(bad):
+                return f"samples.csv has {phase} rows with {what}: {col} {bad[col].iloc[0]}"
+        expected = done * len(set(cases)) * len(pools) * len(labels) * n_samples
+        if len(rows) != expected:
+            # No duplicates and nothing outside the plan: fewer rows means gaps.
+            per = rows.groupby("process").size()
+            short = per[per < expected // done]
+            first = f" (first incomplete: process {int(short.index[0])})" if len(short) else ""
+            return (
+                f"samples.csv lacks {expected - len(rows):,} of the {expected:,} {phase} samples "
+                f"of the run's plan ({done} processes x {len(set(cases))} cases x "
+                f"{len(pools)} pools x {len(labels)} variants x {n_samples} samples){first}"
+            )
+    rounds = ["phase", "process", "case", "pool", "sample"]
+    bad = samples["order_position"] >= len(labels)
+    bad |= samples.duplicated([*rounds, "order_position"], keep=False)
+    if bad.any():
+        row = samples[bad].iloc[0]
+        return (
+            f"samples.csv: order positions of the round {row['phase']} process "
+            f"{row['process']}, {row['case']}, pool {row['pool']}, sample {row['sample']} "
+            f"are not a permutation of 0-{len(labels) - 1}"
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# samples.csv
+
+
+def _read_csv_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Read a CSV strictly: header plus rows that all have the header's field count."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh, strict=True)
+            header = next(reader, None)
+            if not header:
+                raise RawDataError(path, "empty file (no header)")
+            rows, lines = [], []
+            for row in reader:
+                if not row:
+                    continue  # a blank line carries no sample
+                if len(row) != len(header):
+                    raise RawDataError(
+                        path,
+                        f"not a valid CSV: line {reader.line_num} has {len(row)} fields, "
+                        f"expected {len(header)}",
+                    )
+                rows.append(row)
+                lines.append(reader.line_num)
+    except UnicodeDecodeError as exc:
+        raise RawDataError(path, f"not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise RawDataError(path, f"not a valid CSV: {exc}") from None
+    return header, rows, lines
+
+
+def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
+    """Parse and check a ``samples.csv`` against its run's metadata.
+
+    Parameters
+    ----------
+    path
+        The file.
+    meta
+        The run's parsed ``run.json`` (for the variant labels).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`schema.SAMPLE_COLUMNS` with integer / float / string dtypes.
+
+    Raises
+    ------
+    RawDataError
+        Missing file, wrong header, a non-numeric or out-of-range value (with its line
+        number), unknown phase/case/variant, duplicate samples or inconsistent
+        ``ns_per_cycle``.
+    """
+    path = Path(path)
+    _require(path.is_file(), path, "missing (a complete run needs its samples)")
+    header, rows, lines = _read_csv_rows(path)
+    expected = schema.sample_columns(int(meta.get("schema_version", schema.SCHEMA_VERSION)))
+    missing = [c for c in expected if c not in header]
+    extra = [c for c in header if c not in expected]
+    _require(
+        not missing and not extra,
+        path,
+        f"header mismatch: missing {missing or 'none'}, unexpected {extra or 'none'}",
+    )
+    # Everything as text first, so a bad value can be reported with its line.
+    raw = pd.DataFrame(rows, columns=header, dtype=str)
+    if "epoch" not in header:  # before layout epochs: one layout per process
+        raw["epoch"] = "0"
+    _require(len(raw) > 0, path, "no samples")
+
+    def first(mask: np.ndarray) -> int:
+        return int(np.flatnonzero(mask)[0])
+
+    def line_of(mask: np.ndarray) -> int:
+        return lines[first(mask)]
+
+    out = pd.DataFrame(index=raw.index)
+    for col in _INT_COLUMNS + _FLOAT_COLUMNS:
+        text = raw[col].str.strip()
+        values = pd.to_numeric(text, errors="coerce")
+        bad = values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=float))
+        if bad.any():
+            i = first(bad)
+            raise RawDataError(
+                path, f"line {lines[i]}: {col} is not a number: {raw[col].iloc[i]!r}"
+            )
+        if col in _INT_COLUMNS:
+            frac = (values % 1 != 0).to_numpy()
+            if frac.any():
+                raise RawDataError(path, f"line {line_of(frac)}: {col} must be an integer")
+            values = values.astype(np.int64)
+        out[col] = values
+    for col in _STR_COLUMNS:
+        out[col] = raw[col].astype(str)
+
+    checks: list[tuple[str, np.ndarray]] = [
+        (f"phase not in {list(schema.PHASES)}", ~out["phase"].isin(schema.PHASES).to_numpy()),
+        (f"case not in {list(schema.CASES)}", ~out["case"].isin(schema.CASES).to_numpy()),
+        (
+            "variant is not listed in run.json",
+            ~out["variant"].isin([v["label"] for v in meta["variants"]]).to_numpy(),
+        ),
+        ("process must be >= 1", (out["process"] < 1).to_numpy()),
+        ("pool must be >= 1", (out["pool"] < 1).to_numpy()),
+        ("sample must be >= 0", (out["sample"] < 0).to_numpy()),
+        ("order_position must be >= 0", (out["order_position"] < 0).to_numpy()),
+        ("loops must be >= 1", (out["loops"] < 1).to_numpy()),
+        ("ops_per_loop must be >= 1", (out["ops_per_loop"] < 1).to_numpy()),
+        ("ns_total must be > 0", (out["ns_total"] <= 0).to_numpy()),
+        ("ns_per_cycle must be > 0", (out["ns_per_cycle"] <= 0).to_numpy()),
+        ("epoch must be >= 0", (out["epoch"] < 0).to_numpy()),
+    ]
+    for problem, bad in checks:
+        if bad.any():
+            i = first(bad)
+            row = raw.iloc[i]
+            detail = ", ".join(f"{c}={row[c]}" for c in ("phase", "case", "variant"))
+            raise RawDataError(path, f"line {lines[i]}: {problem} ({detail})")
+    expected = out["ns_total"] / (out["loops"] * out["ops_per_loop"])
+    off = ~np.isclose(out["ns_per_cycle"], expected, rtol=schema.NS_PER_CYCLE_RTOL, atol=0)
+    if off.any():
+        raise RawDataError(
+            path,
+            f"line {line_of(np.asarray(off))}: ns_per_cycle != ns_total / (loops * ops_per_loop)",
+        )
+    key = ["phase", "process", "case", "pool", "variant", "sample"]
+    dup = out.duplicated(key, keep="first").to_numpy()
+    if dup.any():
+        raise RawDataError(path, f"line {line_of(dup)}: duplicate sample {key}")
+    return out[list(schema.SAMPLE_COLUMNS)]

@@ -1,0 +1,114 @@
+"""``make quick``: a fast A/B loop for tuning a queue, printed in the terminal.
+
+The same gate and the same paired, order-randomized worker processes as ``make bench``,
+with small defaults (:data:`kvqueue.params.QUICK_LOOP_DEFAULTS`), a progress line per
+process, and the comparison table (reduction, interval, verdict) at the end. Nothing is
+written under ``data/raw``: evidence for a pull request comes from ``make bench``; this
+is for the many short loops in between.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+import pandas as pd
+
+from kvqueue import params, schema
+from kvqueue.analysis import ab, stats
+from kvqueue.bench import runner
+from kvqueue.params import BenchParams
+
+_CELL = ("case", "pool")
+
+
+def quick_params(given: dict[str, Any]) -> BenchParams:
+    """Checked parameters of a quick loop: the quick defaults under what was given."""
+    return params.make_params(**{"host": "quick", **params.QUICK_LOOP_DEFAULTS, **given})
+
+
+def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
+    """Gate, time and compare; print progress to stderr and the table to ``out``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (case, pool, candidate): reduction, CI, verdict.
+
+    Raises
+    ------
+    BenchInputError, GateRefused, BenchError
+        As ``make bench`` (one line each).
+    """
+    checked = params.check(p)
+    p = checked.params
+    start = time.monotonic()
+    with runner.machine_lock("make quick"):
+        gate = runner.run_gate(p)
+        expected = {g["label"]: g["sha256"] for g in gate}
+        plan = runner.process_plan(p)
+        rows: list[list[Any]] = []
+        for done, (phase, number, seed) in enumerate(plan, start=1):
+            result = runner.run_process(p, phase, number, seed, expected)
+            rows.extend([number, phase, *row] for row in result["rows"])
+            print(
+                f"[{done:>2}/{len(plan)}] process {number}: {result['seconds']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    table = compare(pd.DataFrame(rows, columns=list(schema.SAMPLE_COLUMNS)), p)
+    print(format_table(table, checked, time.monotonic() - start), file=out)
+    return table
+
+
+def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:
+    """Every variant against the baseline, per (case, pool), with the report's statistics."""
+    labels = p.labels
+    medians = stats.process_medians(samples, _CELL)
+    settings = params.ReportSettings()
+    rows = []
+    comparisons = ab.comparisons_for_run(labels, labels[0], [], ())
+    for cand, base, kind in comparisons:
+        ratios = stats.paired_ratios(medians, cand, base, _CELL)
+        for (case, pool), grp in ratios.groupby(list(_CELL), sort=False):
+            cell = medians[(medians["case"] == case) & (medians["pool"] == pool)]
+            row = stats.summarize_pair(grp, cell, delta=settings.delta, **settings.bootstrap())
+            rows.append({"case": case, "pool": int(pool), "candidate": cand, "kind": kind, **row})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["_rank"] = out["case"].map(schema.case_rank)
+        out = out.sort_values(["_rank", "pool", "candidate"]).drop(columns="_rank")
+    return out.reset_index(drop=True)
+
+
+def _pct(value: float) -> str:
+    return "n/a" if pd.isna(value) else f"{value * 100:+.1f}%"
+
+
+def format_table(table: pd.DataFrame, checked: params.Checked, seconds: float) -> str:
+    """The comparison as a fixed-width text table with a header line."""
+    p = checked.params
+    head = (
+        f"quick A/B on {checked.python.get('implementation', 'Python')} "
+        f"{checked.python.get('version', '?')}: baseline {p.labels[0]}, {p.processes} "
+        f"processes x {p.samples} samples of {p.sample_ms:g} ms, {seconds:.0f} s "
+        "(not evidence: use make bench for that)"
+    )
+    lines = [head]
+    fmt = "{:<10} {:>8}  {:<28} {:>9}  {:<19} {:>4}  {}"
+    lines.append(fmt.format("case", "pool", "candidate", "reduction", "95% CI", "n", "verdict"))
+    for r in table.itertuples(index=False):
+        ci = "n/a" if pd.isna(r.ci_low) else f"[{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
+        lines.append(
+            fmt.format(
+                r.case,
+                f"{r.pool:,}",
+                str(r.candidate)[:28],
+                _pct(r.reduction),
+                ci,
+                r.n_processes,
+                r.verdict,
+            )
+        )
+    return "\n".join(lines)

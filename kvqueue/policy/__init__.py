@@ -1,0 +1,3 @@
+"""The allocation-policy question: policies, the churn workload, invariant checks, runs,
+analysis and report.
+"""

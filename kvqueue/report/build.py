@@ -1,0 +1,216 @@
+"""``python -m kvqueue report``: processed data, executed notebook, HTML report, writeup.
+
+Steps (``docs/design.md`` §7):
+
+1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.report.processed`);
+2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it
+   shows the sections of :mod:`kvqueue.report.sections` and draws the figures into
+   ``reports/figures/``);
+3. render ``reports/report.html`` with nbconvert, code cells hidden, byte-identical on a
+   rebuild from the same raw data (:func:`normalize_executed`);
+4. write ``reports/pr-writeup.md`` from the same sections (:mod:`kvqueue.report.writeup`).
+
+A malformed raw file stops everything with one line naming the file (exit status 2); a
+failing notebook names the executed notebook to look at (exit status 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from kvqueue import params
+from kvqueue.analysis import rawdata
+from kvqueue.params import ReportSettings
+from kvqueue.report import figures, processed, writeup
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
+HTML_TITLE = "kvqueue-bench report"
+# The lab template loads require.js, MathJax and mermaid from a CDN; the report has no
+# widgets, math or diagrams, so dropping them keeps the HTML self-contained and offline.
+_TEMPLATE_NAME = "kvqueue_report.html.j2"
+# The lab template drops an image's alt text; this one keeps it (figures carry one).
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block data_png scoped -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt is not none %} alt="{{ alt | escape_html }}"{%- endif %} class="">
+</div>
+{%- endblock data_png -%}
+"""
+#: Metadata that papermill and the kernel write and that changes on every run.
+_VOLATILE_METADATA = ("papermill", "execution")
+
+
+def execute_notebook(
+    notebook: Path, executed: Path, parameters: dict[str, object], *, cwd: Path | None = None
+) -> None:
+    """Run the report notebook with papermill (outputs saved in ``executed``).
+
+    Parameters
+    ----------
+    notebook
+        The committed, output-free notebook.
+    executed
+        Where the executed copy is written.
+    parameters
+        Values for the ``parameters`` cell.
+    cwd
+        Working directory of the kernel (default: the notebook's folder).
+    """
+    import papermill
+
+    # papermill's parameter-cell parser warns about every "==" in a value (the version
+    # pins in `pairs`) although the parameters are injected correctly.
+    logging.getLogger("papermill").setLevel(logging.ERROR)
+    from kvqueue.bench.notebook import quiet_kernel_manager_class
+
+    papermill.execute_notebook(
+        str(notebook),
+        str(executed),
+        parameters=parameters,
+        kernel_name="python3",
+        kernel_manager_class=quiet_kernel_manager_class(),
+        progress_bar=False,
+        log_output=False,
+        cwd=str(cwd or notebook.parent),
+    )
+
+
+def normalize_executed(executed: Path) -> None:
+    """Make the executed notebook depend on its inputs only, so the HTML does too.
+
+    papermill gives the injected parameters cell a random id (nbconvert writes cell ids
+    into the HTML) and records start/end times per cell and for the notebook. Here
+    every cell gets an id from its position and the timing metadata goes; the executed
+    notebook is rewritten in place.
+
+    Parameters
+    ----------
+    executed
+        The executed notebook.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    for key in _VOLATILE_METADATA:
+        nb.metadata.pop(key, None)
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index:02d}"
+        for key in _VOLATILE_METADATA:
+            cell.metadata.pop(key, None)
+    nbformat.write(nb, str(executed))
+
+
+def render_html(executed: Path, html_path: Path) -> Path:
+    """Convert an executed notebook to standalone HTML without code cells.
+
+    Parameters
+    ----------
+    executed
+        The executed notebook.
+    html_path
+        Output file.
+
+    Returns
+    -------
+    pathlib.Path
+        ``html_path``.
+    """
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        template_file=_TEMPLATE_NAME,
+        extra_loaders=[jinja2.DictLoader({_TEMPLATE_NAME: _TEMPLATE})],
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+    nb = nbformat.read(str(executed), as_version=4)
+    # Code cells without outputs (parameters, imports) would only add blank space.
+    nb.cells = [c for c in nb.cells if c.cell_type != "code" or c.outputs]
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": HTML_TITLE}})
+    html_path.write_text(body, encoding="utf-8")
+    return html_path
+
+
+def report(
+    raw_dir: Path,
+    processed_dir: Path,
+    out: Path,
+    settings: ReportSettings,
+    notebook: Path | None = None,
+) -> int:
+    """``python -m kvqueue report``: processed tables, executed notebook, HTML, writeup.
+
+    Parameters
+    ----------
+    raw_dir, processed_dir, out
+        Raw-data root, processed-table folder, report folder.
+    settings
+        Analysis settings.
+    notebook
+        Report notebook to run (default: ``notebooks/report.ipynb``).
+
+    Returns
+    -------
+    int
+        0 on success, 1 if the notebook failed, 2 on malformed or missing raw data.
+    """
+    notebook = notebook or NOTEBOOK
+    raw_dir, processed_dir, out = (
+        params.resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
+    )
+    try:
+        data = processed.build(raw_dir, processed_dir, settings)
+    except rawdata.RawDataError as exc:
+        print(f"kvqueue report: {exc}", file=sys.stderr)
+        return 2
+    if not data.runs["included"].fillna(False).any():
+        left = ", ".join(
+            f"{h}/{r}" for h, r in zip(data.runs["host"], data.runs["run_id"], strict=True)
+        )
+        print(
+            f"kvqueue report: {raw_dir}: no complete run"
+            + (f" (left out: {left})" if left else ""),
+            file=sys.stderr,
+        )
+        return 2
+
+    out.mkdir(parents=True, exist_ok=True)
+    figures_dir = out / "figures"
+    figures_dir.mkdir(exist_ok=True)
+    for stale in figures_dir.glob("*.png"):  # only figures of this build remain
+        stale.unlink()
+    executed = out / "report.ipynb"
+    parameters = {
+        "raw_dir": str(raw_dir),
+        "processed_dir": str(processed_dir),
+        "figures_dir": str(figures_dir),
+        **settings.to_dict(),
+    }
+    try:
+        execute_notebook(notebook.resolve(), executed, parameters)
+    except Exception as exc:  # papermill wraps kernel errors; show one line, keep the file
+        first = str(exc).strip().splitlines()
+        reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
+        print(
+            f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
+            file=sys.stderr,
+        )
+        return 1
+    normalize_executed(executed)
+    html_path = render_html(executed, out / "report.html")
+    md_path = writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))
+    print(f"report: {html_path}")
+    print(f"writeup: {md_path}")
+    return 0

@@ -1,0 +1,480 @@
+"""Charts of the report (seaborn on matplotlib), drawn from the processed tables.
+
+Figures are built as :class:`matplotlib.figure.Figure` objects (no pyplot state, so
+nothing is shown twice in a notebook) and saved as PNG under ``reports/figures/``,
+where both the HTML report (embedded) and the Markdown writeup (linked) use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from kvqueue import schema
+from kvqueue.analysis import ab, stats
+from kvqueue.history import report as history_report
+from kvqueue.policy import report as policy_report
+from kvqueue.report import processed, tables
+
+DPI = 100
+WIDTH_IN = 13.0
+_STYLE = "whitegrid"
+_CONTEXT = "notebook"
+_LEGEND_COLS = 6
+
+
+def _series_label(host: str, interpreter: str) -> str:
+    return f"{host} · {interpreter}"
+
+
+def _case_pool_label(case: str, pool: int) -> str:
+    return f"{case} · {tables.fmt_pool(pool)}"
+
+
+def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
+    cells = {(c, int(p)) for c, p in zip(df["case"], df["pool"], strict=True)}
+    return sorted(cells, key=lambda cp: (schema.case_rank(cp[0]), cp[1]))
+
+
+def _palette(n: int) -> list[tuple[float, float, float]]:
+    """``n`` distinct colours: colour-blind safe up to 10, then tab20, then husl."""
+    if n <= 10:
+        return sns.color_palette("colorblind", n)
+    return sns.color_palette("tab20" if n <= 20 else "husl", n)
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _series_style(
+    series: Sequence[tuple[str, str]],
+) -> dict[tuple[str, str], tuple[tuple[float, float, float], str]]:
+    """Colour by interpreter and marker by host, so that many series stay apart."""
+    pythons = sorted({i for _, i in series})
+    hosts = sorted({h for h, _ in series})
+    colors = dict(zip(pythons, _palette(len(pythons)), strict=True))
+    return {(h, i): (colors[i], _MARKERS[hosts.index(h) % len(_MARKERS)]) for h, i in series}
+
+
+def _legend_cols(labels: Sequence[str]) -> int:
+    """As many legend columns as fit across the figure (about 7.5 px per character)."""
+    longest = max((len(s) for s in labels), default=1)
+    fit = int(WIDTH_IN * DPI * 0.95 // (longest * 7.5 + 50))
+    return max(1, min(len(labels), fit, _LEGEND_COLS))
+
+
+def _no_data(message: str) -> Figure:
+    fig = Figure(figsize=(WIDTH_IN, 1.2), dpi=DPI)
+    fig.text(0.5, 0.5, message, ha="center", va="center", fontsize=12)
+    return fig
+
+
+def _seed_jitter(data: processed.Processed) -> None:
+    # seaborn's stripplot jitters with the global numpy RNG; seed it so a rerun over
+    # the same data draws the same picture (the PNGs are compared and pasted into PRs).
+    np.random.seed(data.settings.seed)
+
+
+def _headline(df: pd.DataFrame, phase: str = "main") -> pd.DataFrame:
+    return df[(df["phase"] == phase) & df["headline"].fillna(False)]
+
+
+def _comparisons(data: processed.Processed, df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """Comparisons present in ``df``, configured pairs first, A/A pairs last."""
+    present = {
+        (c, b, k) for c, b, k in zip(df["candidate"], df["baseline"], df["kind"], strict=True)
+    }
+    order = {p: i for i, p in enumerate(data.settings.pairs)}
+    return sorted(present, key=lambda t: (t[2] == ab.AA, order.get((t[0], t[1]), 99), t[0], t[1]))
+
+
+def _panel_title(cand: str, base: str, kind: str) -> str:
+    prefix = "A/A noise floor: " if kind == ab.AA else ""
+    return f"{prefix}{cand}\nvs {base}"
+
+
+# ---------------------------------------------------------------------------------------
+# forest plot
+
+
+def forest(
+    data: processed.Processed, *, phase: str = "main", cases: Sequence[str] | None = None
+) -> Figure:
+    """Forest plot: reduction with its CI per case x pool, one panel per comparison.
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs are plotted).
+    phase
+        ``"main"`` or ``"confirm"``.
+    cases
+        Cases to plot (default: all).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Points are reductions in %, bars the bootstrap CIs; the grey band is the
+        ``±delta`` no-change band of the verdict.
+    """
+    df = _headline(data.summary, phase)
+    if cases is not None:
+        df = df[df["case"].isin(list(cases))]
+    if df.empty:
+        return _no_data("No comparison in the headline runs.")
+    comps = _comparisons(data, df)
+    cells = _ordered_cells(df)
+    series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
+    style = _series_style(series)
+    n_rows = len(cells) * max(1, len(series))
+    # 0.15 in per plotted row, so that the headline forest fits on the report's first
+    # screen under the summary; title, legend (on top, where it is read first) and axis
+    # labels take ~1.1 in plus 0.25 in per further legend row.
+    legend_cols = _legend_cols([_series_label(*s) for s in series])
+    legend_rows = -(-len(series) // legend_cols)
+    height = max(2.6, 1.1 + 0.25 * legend_rows + 0.15 * n_rows)
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
+        axes = np.atleast_1d(fig.subplots(1, len(comps), sharey=True, squeeze=False)[0])
+        delta = data.settings.delta * 100
+        step = 0.8 / max(1, len(series))
+        missing_ci = False
+        for ax, (cand, base, kind) in zip(axes, comps, strict=True):
+            sub = df[(df["candidate"] == cand) & (df["baseline"] == base) & (df["kind"] == kind)]
+            ax.axvspan(-delta, delta, color="0.85", zorder=0, lw=0)
+            ax.axvline(0, color="0.3", lw=1, zorder=1)
+            for j, ser in enumerate(series):
+                s = sub[(sub["host"] == ser[0]) & (sub["interpreter"] == ser[1])]
+                y = [
+                    cells.index((c, int(p))) - 0.4 + step * (j + 0.5)
+                    for c, p in zip(s["case"], s["pool"], strict=True)
+                ]
+                s = s.assign(_y=y)
+                has_ci = s["ci_low"].notna() & s["ci_high"].notna()
+                ok = s[has_ci]
+                if len(ok):
+                    ax.errorbar(
+                        ok["reduction"] * 100,
+                        ok["_y"],
+                        xerr=[
+                            (ok["reduction"] - ok["ci_low"]) * 100,
+                            (ok["ci_high"] - ok["reduction"]) * 100,
+                        ],
+                        fmt=style[ser][1],
+                        ms=5,
+                        capsize=3,
+                        color=style[ser][0],
+                        label=_series_label(*ser),
+                        zorder=3,
+                    )
+                no_ci = s[~has_ci]
+                if len(no_ci):
+                    # Hollow: a point estimate without a CI (too few processes).
+                    ax.plot(
+                        no_ci["reduction"] * 100,
+                        no_ci["_y"],
+                        style[ser][1],
+                        ms=6,
+                        mfc="white",
+                        color=style[ser][0],
+                        label=None if len(ok) else _series_label(*ser),
+                        zorder=3,
+                    )
+                    missing_ci = True
+            ax.set_title(_panel_title(cand, base, kind), fontsize=11)
+        # One label under all panels: per panel it overlaps its neighbours' when there
+        # are three comparisons and an A/A pair.
+        fig.supxlabel("time reduction, % (> 0: candidate faster)", fontsize=12)
+        axes[0].set_yticks(range(len(cells)), [_case_pool_label(c, p) for c, p in cells])
+        axes[0].set_ylim(len(cells) - 0.5, -0.5)  # first case on top
+        axes[0].set_ylabel("case · pool (blocks)")
+        for k in range(len(cells) - 1):
+            for ax in axes:
+                ax.axhline(k + 0.5, color="0.9", lw=0.8, zorder=0)
+        ci = tables.ci_header(data.settings.confidence)
+        handles, labels = axes[0].get_legend_handles_labels()
+        for ax in axes[1:]:
+            h, lab = ax.get_legend_handles_labels()
+            for hh, ll in zip(h, lab, strict=True):
+                if ll not in labels:
+                    handles.append(hh)
+                    labels.append(ll)
+        hollow = (
+            f"; hollow: no CI (fewer than {stats.MIN_PROCESSES} processes)" if missing_ci else ""
+        )
+        # The title is the legend's title: a suptitle and an "outside" legend overlap.
+        fig.legend(
+            handles,
+            labels,
+            loc="outside upper center",
+            ncols=legend_cols,
+            fontsize=10,
+            frameon=False,
+            title=(
+                f"Time reduction with {ci} ({phase} phase); grey band: no-change band "
+                f"±{data.settings.delta * 100:g}%{hollow}"
+            ),
+            title_fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# per-process ratios
+
+
+def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
+    """Per-process reductions ``1 - r(p)`` with the median, one panel row per comparison.
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs).
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Each dot is one worker process; the black bar is the median (the headline
+        estimate).
+    """
+    df = data.in_headline_runs(data.ratios, phase)
+    if df.empty:
+        return _no_data("No per-process ratios in the headline runs.")
+    _seed_jitter(data)
+    df = df.assign(
+        reduction_pct=(1.0 - df["ratio"]) * 100,
+        cell=[_case_pool_label(c, p) for c, p in zip(df["case"], df["pool"], strict=True)],
+        series=[_series_label(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)],
+    )
+    comps = _comparisons(data, df)
+    order = [_case_pool_label(c, p) for c, p in _ordered_cells(df)]
+    series = sorted(df["series"].unique())
+    palette = dict(zip(series, _palette(len(series)), strict=True))
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, 3.6 * len(comps) + 1.0), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(comps), 1, squeeze=False)[:, 0]
+        for ax, (cand, base, kind) in zip(axes, comps, strict=True):
+            sub = df[(df["candidate"] == cand) & (df["baseline"] == base) & (df["kind"] == kind)]
+            ax.axhline(0, color="0.3", lw=1)
+            sns.stripplot(
+                data=sub,
+                x="cell",
+                y="reduction_pct",
+                hue="series",
+                order=order,
+                hue_order=series,
+                palette=palette,
+                dodge=len(series) > 1,
+                jitter=0.15,
+                size=4,
+                alpha=0.75,
+                ax=ax,
+                legend=ax is axes[0],
+            )
+            med = sub.groupby(["cell", "series"])["reduction_pct"].median()
+            width = 0.8 / len(series) if len(series) > 1 else 0.8
+            for (cell, ser), value in med.items():
+                x = order.index(cell)
+                if len(series) > 1:
+                    x += -0.4 + width * (series.index(ser) + 0.5)
+                ax.hlines(value, x - width * 0.4, x + width * 0.4, color="black", lw=2, zorder=4)
+            # Zoom on the processes (the spread is the point); 0 shows when it is near.
+            lo, hi = sub["reduction_pct"].min(), sub["reduction_pct"].max()
+            pad = max(0.5, 0.12 * (hi - lo))
+            ax.set_ylim(lo - pad, hi + pad)
+            ax.set_title(_panel_title(cand, base, kind).replace("\n", " "), fontsize=11)
+            ax.set_xlabel("")
+            ax.set_ylabel("per-process reduction, %")
+            ax.tick_params(axis="x", labelrotation=30)
+            for lab in ax.get_xticklabels():
+                lab.set_horizontalalignment("right")
+        if axes[0].get_legend() is not None:
+            sns.move_legend(axes[0], "upper left", bbox_to_anchor=(1.0, 1.0), title=None)
+        fig.suptitle(
+            f"Per-process reduction 1 − candidate/baseline ({phase} phase); "
+            "dots: processes, black bars: median",
+            fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# ns per cycle per variant
+
+
+def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
+    """Median ns/cycle per variant and case; dots are per-process medians (log scale).
+
+    Parameters
+    ----------
+    data
+        Processed tables (headline runs).
+    phase
+        ``"main"`` or ``"confirm"``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per host x interpreter (rows) and pool (columns).
+    """
+    df = data.in_headline_runs(data.process_medians, phase)
+    if df.empty:
+        return _no_data("No samples in the headline runs.")
+    _seed_jitter(data)
+    var_rank: dict[str, int] = {}
+    for lab in data.variants.sort_values("position", kind="stable")["label"]:
+        var_rank.setdefault(lab, len(var_rank))
+    variants = sorted(df["variant"].unique(), key=lambda v: (var_rank.get(v, 99), v))
+    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
+    pools = sorted(df["pool"].unique())
+    cases = sorted(df["case"].unique(), key=schema.case_key)
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT):
+        fig = Figure(figsize=(WIDTH_IN, 3.4 * len(series) + 1.2), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(series), len(pools), squeeze=False, sharey=True)
+        for i, ser in enumerate(series):
+            for j, pool in enumerate(pools):
+                ax = axes[i, j]
+                sub = df[(df["host"] == ser[0]) & (df["interpreter"] == ser[1])]
+                sub = sub[sub["pool"] == pool]
+                common = {
+                    "data": sub,
+                    "x": "case",
+                    "y": "median_ns",
+                    "hue": "variant",
+                    "order": cases,
+                    "hue_order": variants,
+                    "palette": palette,
+                    "ax": ax,
+                }
+                sns.barplot(**common, estimator="median", errorbar=None, alpha=0.85, legend=False)
+                sns.stripplot(
+                    **common, dodge=True, jitter=0.1, size=2.5, color="black", legend=False
+                )
+                ax.set_yscale("log")
+                # Label 1-2-5 steps: decades alone are too coarse to read values off.
+                ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+                ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+                ax.set_title(f"{_series_label(*ser)} · pool {tables.fmt_pool(pool)}", fontsize=11)
+                ax.set_xlabel("")
+                ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
+        bounds = set(data.variants.loc[data.variants["is_bound"].fillna(False), "label"])
+        handles = [
+            Patch(color=palette[v], label=f"{v} (bound)" if v in bounds else v) for v in variants
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(6, len(variants)))
+        fig.suptitle(
+            f"ns per cycle by variant ({phase} phase); bars: median over processes, "
+            "dots: per-process medians; mix is per allocation/free",
+            fontsize=12,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# files
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure of the report: its title, its alt text and how it is drawn."""
+
+    title: str
+    alt: str
+    draw: Callable[[processed.Processed], Figure]
+
+
+#: name -> figure of the report (the PNG is ``<name>.png``).
+FIGURES: dict[str, FigureSpec] = {
+    "forest": FigureSpec(
+        "Forest plot of the headline cycles",
+        "Forest plot: time reduction in percent with its confidence interval for alloc1, "
+        "alloc2 and mix at each pool size, one panel per comparison (and per A/A noise "
+        "floor, where measured), one colour per interpreter and one marker per host; the "
+        "grey band is the no-change band.",
+        lambda data: forest(data, cases=tables.HEADLINE_CASES),
+    ),
+    "forest_all": FigureSpec(
+        "Forest plot of every case",
+        "Forest plot: time reduction in percent with its confidence interval for every "
+        "case and pool size, one panel per comparison, one colour per interpreter and one "
+        "marker per host.",
+        forest,
+    ),
+    "process_ratios": FigureSpec(
+        "Per-process ratios",
+        "Strip plot: the reduction of every worker process per case and pool, one row of "
+        "panels per comparison; black bars mark the medians.",
+        process_ratios,
+    ),
+    "ns_per_variant": FigureSpec(
+        "ns per cycle per variant",
+        "Bar chart on a log scale: median ns per cycle of every variant per case, one panel "
+        "per host, interpreter and pool; dots are the per-process medians.",
+        ns_per_variant,
+    ),
+    "policy": FigureSpec(
+        "Allocation policies against the window factor",
+        "Three panels against the contiguous policy's window factor (1, 2, 4, 8, unbounded): "
+        "runs per large allocation, time per large allocation relative to lru (log scale) "
+        "and older free blocks passed over; one line per host and interpreter with its "
+        "confidence intervals, lru as a dashed line.",
+        policy_report.figure,
+    ),
+    "history": FigureSpec(
+        "ns per cycle across vLLM releases",
+        "Line plot per interpreter (rows) and case (columns): median ns per cycle of each "
+        "distinct queue version, oldest to newest, labelled by the first release that "
+        "shipped it, with 95% intervals; significant steps of 5% or more are labelled.",
+        history_report.figure,
+    ),
+}
+
+
+def save(fig: Figure, folder: Path | str, name: str) -> Path:
+    """Save a figure as ``<folder>/<name>.png`` and return the path."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
+    """Draw figure ``name`` (a key of :data:`FIGURES`), save it as PNG, return the path.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+    name
+        A key of :data:`FIGURES`.
+    folder
+        Output folder (``reports/figures``).
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    return save(FIGURES[name].draw(data), folder, name)
+
+
+def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:
+    """Return the figures of ``names`` that exist as PNG in ``folder``."""
+    out = {}
+    for name in names:
+        path = Path(folder) / f"{name}.png"
+        if path.is_file():
+            out[name] = path
+    return out

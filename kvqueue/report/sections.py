@@ -1,0 +1,397 @@
+"""The report's structure, defined once: an ordered list of :class:`Section` objects.
+
+Each section holds a heading, a note (Markdown), a display table (from
+:mod:`kvqueue.report.tables`) and/or the name of a figure (from :mod:`kvqueue.report.figures`), plus
+how to show it. Two renderers read the same list:
+
+- :mod:`kvqueue.report.html` displays it in ``notebooks/report.ipynb`` (the HTML report);
+- :mod:`kvqueue.report.writeup` writes it as ``reports/pr-writeup.md`` (the PR description).
+
+The order is the reading order of both: the answer first (summary, forest plot, the
+compact results table, validation), then the full tables, the environment, the methods,
+the reproduce commands and the provenance of every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kvqueue.analysis import stats
+from kvqueue.history import report as history_report
+from kvqueue.policy import report as policy_report
+from kvqueue.report import figures, processed, prose, tables
+from kvqueue.report.tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
+
+TITLE = "FreeKVCacheBlockQueue benchmark"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the report.
+
+    Attributes
+    ----------
+    key
+        Stable identifier (the HTML anchor; tests find sections by it).
+    title
+        Heading text.
+    level
+        Heading level: 1 the report's title, 2 a section, 3 a subsection.
+    note
+        Markdown shown under the heading (paragraphs, ``code``, **bold**, bullets,
+        fenced code).
+    table
+        A display table of :mod:`kvqueue.report.tables`, or ``None``.
+    table_label
+        What the table holds, the line that opens it when it is folded.
+    figure
+        A key of :data:`kvqueue.report.figures.FIGURES`, or ``None``.
+    fold
+        The table is long: both renderings put it inside ``<details>``.
+    summary
+        Part of the answer that opens the report (the HTML sets it apart; never folded).
+    detail
+        Detail for the PR description: the writeup puts the whole section (heading,
+        note, table) inside ``<details>``; the HTML shows it in place.
+    writeup
+        Carried by the writeup; ``False``: only in the HTML report (tables whose length
+        grows with every host, interpreter and case, too long for a PR description).
+    """
+
+    key: str
+    title: str
+    level: int = 2
+    note: str = ""
+    table: pd.DataFrame | None = field(default=None, compare=False)
+    table_label: str = ""
+    figure: str | None = None
+    fold: bool = False
+    summary: bool = False
+    detail: bool = False
+    writeup: bool = True
+
+    @property
+    def rows(self) -> int:
+        """Rows of the table (0 without one)."""
+        return 0 if self.table is None else len(self.table)
+
+
+def intro_note(data: processed.Processed) -> str:
+    """What is compared, and what the numbers mean (under the title)."""
+    pairs = _and_list([f"`{c}` vs `{b}`" for c, b in data.settings.pairs])
+    heads = data.headline_runs()
+    if heads.empty:
+        return (
+            f"Paired, order-randomized A/B comparison of {pairs}. No run qualifies for the "
+            f"headline tables (quick runs and runs with fewer than {stats.MIN_PROCESSES} "
+            "processes never do): every run found is listed under Provenance."
+        )
+    hosts = heads["host"].nunique()
+    pythons = heads["interpreter"].nunique()
+    return (
+        f"Paired, order-randomized A/B comparison of {pairs} on {hosts} "
+        f"host{'s' if hosts != 1 else ''} × {pythons} interpreter{'s' if pythons != 1 else ''} "
+        "(newest full-protocol run of each). *Reduction*: the share of time the candidate saves, "
+        "1 − median per-process time ratio candidate/baseline (> 0: faster)."
+    )
+
+
+def summary_note(data: processed.Processed) -> str:
+    """How to read the summary table."""
+    ci = tables.ci_header(data.settings.confidence)
+    return (
+        "Per comparison, cycle and host: lowest and highest reduction over its interpreters "
+        f"and pools, each with its {ci}; verdicts of those cells."
+    )
+
+
+def results_note(data: processed.Processed) -> str:
+    """What the compact results table shows, and what one cycle of each case is."""
+    ci = tables.ci_header(data.settings.confidence)
+    present = tables.present_cases(data, "main")
+    cycles = "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in HEADLINE_CASES if c in present)
+    text = f"Reduction [{ci}] and verdict per host × interpreter, pools (blocks) side by side."
+    return f"{text} {cycles}." if cycles else text
+
+
+def _and_list(items: list[str]) -> str:
+    if len(items) <= 2:
+        return " and ".join(items)
+    return ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def _floor_gap_note(data: processed.Processed) -> str:
+    bounds = ", ".join(f"`{b}`" for b in sorted(data.floor_gap["bound"].dropna().unique()))
+    ci = tables.ci_header(data.settings.confidence)
+    return (
+        f"The lower bound ({bounds}: the same operations with every check removed) is a "
+        "bound, not a candidate. Gap closed = (m_baseline − m_candidate) / "
+        "(m_baseline − m_bound), computed as candidate reduction / bound reduction with a "
+        f"{ci} from a bootstrap over processes (main phase); 100% would mean the candidate "
+        "is as fast as the bound, a negative share that it is slower than the baseline. "
+        "*Bound saves* is the size of the gap; where it is only a few percent, the share is "
+        "imprecise (wide CI). n/a when the bound is not clearly faster than the baseline."
+    )
+
+
+def build(data: processed.Processed) -> list[Section]:
+    """The report's sections in reading order.
+
+    Parameters
+    ----------
+    data
+        Processed tables.
+
+    Returns
+    -------
+    list of Section
+    """
+    out = [
+        Section("title", TITLE, level=1, note=intro_note(data), summary=True),
+        Section(
+            "summary",
+            "Summary",
+            note=summary_note(data),
+            table=tables.summary_table(data),
+            table_label="Summary",
+            summary=True,
+        ),
+        Section("forest", figures.FIGURES["forest"].title, figure="forest", summary=True),
+        Section(
+            "results",
+            "Singleton, two-block and mixed cycles",
+            note=results_note(data),
+            table=tables.headline_grid(data),
+            table_label="Results per host × interpreter",
+        ),
+        Section(
+            "results-ns",
+            "Times behind the results",
+            level=3,
+            note=(
+                "Per cell: baseline ns → candidate ns per cycle (medians over processes of "
+                "the per-process medians) · processes in which the candidate was faster."
+            ),
+            table=tables.ns_grid(data),
+            table_label="ns per cycle per host × interpreter",
+            fold=True,
+            detail=True,
+        ),
+        Section("validation", "Validation", note=prose.validation_paragraph(data)),
+    ]
+    aa = tables.aa_table(data)
+    out.append(
+        Section(
+            "aa",
+            "Noise floor (A/A)",
+            level=3,
+            note=(
+                "The same source measured twice as two variants: any difference is noise, so "
+                "the CI must contain 0. Its half-width is shown beside the real results "
+                "(column A/A ±)."
+                if not aa.empty
+                else "No headline run has an A/A pair (collect one with `AA=1`)."
+            ),
+            table=aa if not aa.empty else None,
+            table_label=f"A/A comparisons ({len(aa)} cells)",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out.append(
+        Section(
+            "order",
+            "Order effect",
+            level=3,
+            note=(
+                "Per process: least-squares slope of log time against the variant's position "
+                "in its round (variant levels removed), shown as the change from the first to "
+                "the last position (median over processes) with its bootstrap CI. WARNING "
+                "marks cells where the CI excludes 0 and the effect is larger than the "
+                "tightest comparison CI half-width of the cell."
+            ),
+            table=tables.order_table(data),
+            table_label="Order effect per cell",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out.append(
+        Section(
+            "precision",
+            "Precision",
+            level=3,
+            note=tables.precision_note(data),
+            table=tables.precision_table(data),
+            table_label="Half-width of every headline cell against its target",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    out.append(
+        Section(
+            "full",
+            "Full results (main phase)",
+            note=tables.headline_note(data),
+            detail=True,
+            writeup=False,
+        )
+    )
+    for case in HEADLINE_CASES:
+        table = tables.results_table(data, [case])
+        if table.empty:
+            continue
+        out.append(
+            Section(
+                f"case-{case}",
+                CASE_TITLES[case],
+                level=3,
+                note=tables.case_note(case, data),
+                table=table,
+                table_label=f"{CASE_TITLES[case]}: {len(table)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    gap = tables.floor_gap_table(data)
+    if not gap.empty:
+        out.append(
+            Section(
+                "floor-gap",
+                "Gap to the lower bound",
+                note=_floor_gap_note(data),
+                table=gap,
+                table_label=f"Gap closed per cell: {len(gap)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    others = [c for c in tables.present_cases(data, "main") if c not in HEADLINE_CASES]
+    if others:
+        table = tables.results_table(data, others)
+        out.append(
+            Section(
+                "other-cases",
+                "Other cases",
+                note="; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in others) + ".",
+                table=table,
+                table_label=f"Other cases: {len(table)} rows",
+                figure="forest_all",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    confirm = tables.present_cases(data, "confirm")
+    if confirm:
+        table = tables.results_table(data, confirm, phase="confirm")
+        out.append(
+            Section(
+                "confirm",
+                "Confirmation run",
+                note=(
+                    "A second set of fresh worker processes, run after the main phase, repeats "
+                    "these cases; the statistics are computed the same way and independently "
+                    "of the main phase."
+                ),
+                table=table,
+                table_label=f"Confirmation run: {len(table)} rows",
+                fold=True,
+                detail=True,
+                writeup=False,
+            )
+        )
+    out.append(
+        Section(
+            "process-ratios",
+            figures.FIGURES["process_ratios"].title,
+            figure="process_ratios",
+            detail=True,
+        )
+    )
+    ns = tables.ns_table(data)
+    out.append(
+        Section(
+            "ns",
+            figures.FIGURES["ns_per_variant"].title,
+            table=ns,
+            table_label=f"Median ns per cycle per variant (main phase): {len(ns)} rows",
+            figure="ns_per_variant",
+            fold=True,
+            detail=True,
+            writeup=False,
+        )
+    )
+    policy_table = policy_report.display_table(data)
+    out.append(
+        Section(
+            "policy",
+            "Allocation policies",
+            note=policy_report.note(data),
+            table=policy_table if not policy_table.empty else None,
+            table_label=f"Policy × window per host × interpreter ({len(policy_table)} rows)",
+            figure="policy",  # drawn even without a policy run: it then says so
+            fold=True,
+            detail=True,
+        )
+    )
+    history_table = history_report.step_table(data)
+    out.append(
+        Section(
+            "history",
+            "Release history",
+            note=history_report.note(data),
+            table=history_table if not history_table.empty else None,
+            table_label=f"Release range → change in time "
+            f"[{tables.ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
+            figure="history",  # a placeholder that says how to make one, when no run
+            fold=len(history_table) > 16,
+            detail=True,
+        )
+    )
+    out += [
+        Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
+        Section(
+            "machines",
+            "Machines and interpreters",
+            level=3,
+            table=tables.environment_table(data),
+            table_label="Machine and interpreter of every headline run",
+            fold=True,
+            detail=True,
+            writeup=False,
+        ),
+        Section(
+            "variants",
+            "Variants",
+            level=3,
+            note=(
+                "sha256 prefixes of the class source and of the file it was cut from; the "
+                "full digests (one row per run and variant) are in "
+                "`data/processed/variants.csv`."
+            ),
+            table=tables.variants_table(data),
+            table_label="Variants of the headline runs",
+            fold=True,
+            detail=True,
+        ),
+        Section("methods", "Methods", note=prose.methods_paragraph(data), detail=True),
+        Section("reproduce", "Reproduce", note=prose.reproduce_commands(data)),
+        Section(
+            "runs",
+            "Provenance: every run found",
+            note=tables.runs_note(data),
+            table=tables.runs_table(data),
+            table_label=f"Runs ({len(data.runs)})",
+            fold=True,
+            detail=True,
+        ),
+    ]
+    return out

@@ -1,0 +1,3 @@
+"""Where variant sources come from: vLLM releases on the package index, files, git refs;
+source text to classes (standard library only).
+"""
