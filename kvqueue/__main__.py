@@ -132,17 +132,19 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
-    from kvqueue.gate import gate
+    from kvqueue.gate import model, sizes
 
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help=_SOURCES_HELP)
     p.add_argument(
         "--ops",
         type=int,
-        default=gate.DEFAULT_OPS,
+        default=model.DEFAULT_OPS,
         help="random operations per variant (default %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=gate.DEFAULT_SEED, help="seed (default %(default)s)")
+    p.add_argument(
+        "--seed", type=int, default=model.DEFAULT_SEED, help="seed (default %(default)s)"
+    )
     p.add_argument(
         "--block-source",
         default=None,
@@ -164,9 +166,9 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sizes",
         type=_sizes,
-        default=gate.DEFAULT_SIZES,
+        default=sizes.DEFAULT_SIZES,
         help="queue sizes of the timed-size model check, space or comma separated "
-        f"(default {' '.join(map(str, gate.DEFAULT_SIZES))})",
+        f"(default {' '.join(map(str, sizes.DEFAULT_SIZES))})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(

@@ -139,6 +139,8 @@ RUN_KEYS_V2 = (
 CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")
 CONFIRM_CASES = ("alloc1", "alloc2", "remove")
 POOLS = (2048, 100_000)
+#: Smallest pool ``make bench`` accepts: alloc32 pops 32 blocks; remove needs interior blocks.
+MIN_POOL = 64
 PHASES = ("main", "confirm")
 
 

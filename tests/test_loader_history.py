@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvqueue.bench import worker
-from kvqueue.gate import gate
+from kvqueue.gate import gate, invalid, naming, sizes
 from kvqueue.sources import loader
 
 HEADTAIL = Path(__file__).resolve().parent / "queues" / "headtail.py"
@@ -104,12 +104,12 @@ def test_gate_passes_a_head_tail_queue_and_says_what_it_skipped(good_path):
     # No scenario is shared: a sentinel baseline and a head-tail candidate differ in
     # structure, and nothing earlier in the list shares the candidate's.
     assert old.invalid_compared == 0
-    assert old.invalid_skipped == len(gate.INVALID_SCENARIOS)
+    assert old.invalid_skipped == len(invalid.INVALID_SCENARIOS)
     notes = " ".join(old.notes())
     assert "adapter popleft-loop" in notes
     assert "no prepend_n, iter_blocks_after" in notes
     assert "head-tail structure" in notes
-    assert f"{len(gate.INVALID_SCENARIOS)} of {len(gate.INVALID_SCENARIOS)}" in notes
+    assert f"{len(invalid.INVALID_SCENARIOS)} of {len(invalid.INVALID_SCENARIOS)}" in notes
 
 
 def test_gate_compares_head_tail_queues_among_themselves():
@@ -121,19 +121,19 @@ def test_gate_compares_head_tail_queues_among_themselves():
     assert base.ok and twin.ok, (base.error, twin.error)
     shared = [
         sc
-        for sc in gate.INVALID_SCENARIOS
-        if gate.scenario_needs(sc) <= {"popleft", "remove", "append", "get_all_free_blocks"}
+        for sc in invalid.INVALID_SCENARIOS
+        if invalid.scenario_needs(sc) <= {"popleft", "remove", "append", "get_all_free_blocks"}
     ]
     assert shared, "some scenarios need only methods a head-tail queue has"
     assert twin.invalid_compared == len(shared) == base.invalid_compared
-    assert twin.invalid_skipped == len(gate.INVALID_SCENARIOS) - len(shared)
+    assert twin.invalid_skipped == len(invalid.INVALID_SCENARIOS) - len(shared)
 
 
-@pytest.mark.parametrize("sizes", [(), (64,)])
-def test_gate_refuses_a_broken_head_tail_queue(sizes):
+@pytest.mark.parametrize("timed_sizes", [(), (64,)])
+def test_gate_refuses_a_broken_head_tail_queue(timed_sizes):
     variants = loader.load_variants([str(HEADTAIL), f"{HEADTAIL}::LeakyQueue"], block_mode="own")
     # ops=400: one episode is enough for remove/popleft to leave links behind.
-    results = gate.gate(variants, ops=400, sizes=sizes)
+    results = gate.gate(variants, ops=400, sizes=timed_sizes)
     assert results[0].ok
     assert not results[1].ok
     assert "not in the queue but its links are not cleared" in (results[1].error or "")
@@ -141,19 +141,19 @@ def test_gate_refuses_a_broken_head_tail_queue(sizes):
 
 def test_sized_check_refuses_a_broken_head_tail_queue():
     (leaky,) = loader.load_variants([f"{HEADTAIL}::LeakyQueue"], block_mode="own")
-    with pytest.raises(gate.ValidationError, match="size 2048"):
-        gate.size_check(leaky, 2048, ops=2000)
+    with pytest.raises(naming.ValidationError, match="size 2048"):
+        sizes.size_check(leaky, 2048, ops=2000)
 
 
 def test_scenario_needs_reads_the_methods_and_sentinels():
-    by_name = {sc[0]: gate.scenario_needs(sc) for sc in gate.INVALID_SCENARIOS}
-    assert by_name["popleft() on an empty queue"] == {"popleft", gate.EMPTY_INIT}
+    by_name = {sc[0]: invalid.scenario_needs(sc) for sc in invalid.INVALID_SCENARIOS}
+    assert by_name["popleft() on an empty queue"] == {"popleft", invalid.EMPTY_INIT}
     assert by_name["popleft_n(5) with 4 free"] == {"popleft_n"}
     assert by_name["remove() of the head sentinel"] == {"remove", "sentinels"}
     assert by_name["iter_blocks_after() a detached cursor"] == {"iter_blocks_after"}
     assert by_name["prepend_n([]) with a corrupted head sentinel"] == {"prepend_n", "sentinels"}
     every = set().union(*by_name.values())
-    assert every <= {*loader.QUEUE_METHODS, "sentinels", gate.EMPTY_INIT}
+    assert every <= {*loader.QUEUE_METHODS, "sentinels", invalid.EMPTY_INIT}
 
 
 # ------------------------------------------------------------------ worker
@@ -278,6 +278,6 @@ def test_runner_passes_the_gates_block_sha256_to_the_worker(monkeypatch, good_pa
 def test_sized_check_does_not_count_skipped_draws():
     """A class without iter_blocks_after skips ~1 draw in 10: those checked nothing."""
     ops = 2_000
-    checked = gate.size_check(headtail(), 256, ops=ops)
+    checked = sizes.size_check(headtail(), 256, ops=ops)
     assert 0.8 * ops < checked < ops
-    assert gate.size_check(headtail(), 256, ops=ops) == checked  # seeded
+    assert sizes.size_check(headtail(), 256, ops=ops) == checked  # seeded

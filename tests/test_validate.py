@@ -1,4 +1,4 @@
-"""The validation gate (kvqueue.gate.gate) refuses broken queues and passes correct ones.
+"""The validation gate (kvqueue.gate) refuses broken queues and passes correct ones.
 
 The broken queues are *mutants* of the hand-written correct fixture
 ``tests/queues/good.py``: each applies one or two small, plausible edits to the text of
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from kvqueue import params, schema
-from kvqueue.gate import gate
+from kvqueue.gate import gate, invalid, model, naming, sizes
 from kvqueue.sources import loader
 from kvqueue.subject import cases
 
@@ -323,8 +323,8 @@ def test_gate_refuses_broken_queue(mutant, broken_file, baseline):
 
 def test_model_check_failure_reports_index_and_model(broken_file, baseline):
     broken = load(f"{broken_file}::PopleftKeepsLinks", baseline)
-    with pytest.raises(gate.ValidationError) as info:
-        gate.model_check(broken, ops=QUICK_OPS)
+    with pytest.raises(naming.ValidationError) as info:
+        model.model_check(broken, ops=QUICK_OPS)
     message = str(info.value)
     index = int(re.match(r"operation #(\d+) popleft\(\)", message).group(1))
     assert info.value.passed == index - 1
@@ -334,8 +334,8 @@ def test_model_check_failure_reports_index_and_model(broken_file, baseline):
 
 def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
     broken = load(f"{broken_file}::WrongRemoveExceptionType", baseline)
-    with pytest.raises(gate.ValidationError) as info:
-        gate.compare_invalid(baseline, broken)
+    with pytest.raises(naming.ValidationError) as info:
+        invalid.compare_invalid(baseline, broken)
     message = str(info.value)
     assert "outcome differs from the baseline" in message
     assert "expected: ('raised', 'RuntimeError', 'remove() called on an invalid block:" in message
@@ -345,13 +345,13 @@ def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
 def test_invalid_op_partial_state_is_compared(broken_file, baseline):
     """Same exception, different damage left behind: refused on the count."""
     broken = load(f"{broken_file}::BatchPopCountsLate", baseline)
-    gate.model_check(broken, ops=2_000)  # valid operations all behave
-    with pytest.raises(gate.ValidationError, match="num_free_blocks differs"):
-        gate.compare_invalid(baseline, broken)
+    model.model_check(broken, ops=2_000)  # valid operations all behave
+    with pytest.raises(naming.ValidationError, match="num_free_blocks differs"):
+        invalid.compare_invalid(baseline, broken)
 
 
 def test_invalid_scenarios_table():
-    names = [s[0] for s in gate.INVALID_SCENARIOS]
+    names = [s[0] for s in invalid.INVALID_SCENARIOS]
     assert len(names) >= 9
     assert len(set(names)) == len(names)
 
@@ -365,7 +365,7 @@ def test_gate_keeps_checking_after_a_refusal(broken_file, baseline):
     ]
     results = gate.gate(variants, ops=2_000)
     assert [r.ok for r in results] == [True, False, True]
-    assert results[2].invalid_compared == len(gate.INVALID_SCENARIOS)
+    assert results[2].invalid_compared == len(invalid.INVALID_SCENARIOS)
 
 
 def test_gate_refuses_a_queue_whose_constructor_raises(tmp_path, good_text, baseline):
@@ -393,7 +393,7 @@ def default_run(good_path_module):
     """
     calls = Counter()
     kinds = Counter()
-    real_step, real_check = gate._ModelRun.step, gate._ModelRun.check
+    real_step, real_check = model._ModelRun.step, model._ModelRun.check
 
     def step(self):
         calls["step", self.v.label] += 1
@@ -406,8 +406,8 @@ def default_run(good_path_module):
 
     variants = loader.load_variants(["kvqueue", str(good_path_module), "kvqueue:floor"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gate._ModelRun, "step", step)
-        mp.setattr(gate._ModelRun, "check", check)
+        mp.setattr(model._ModelRun, "step", step)
+        mp.setattr(model._ModelRun, "check", check)
         results = gate.gate(variants)
     return variants, results, calls, kinds
 
@@ -419,7 +419,7 @@ def good_path_module() -> Path:
 
 def test_default_op_count_is_at_least_60000(default_run):
     variants, results, calls, _ = default_run
-    assert gate.DEFAULT_OPS >= 60_000
+    assert model.DEFAULT_OPS >= 60_000
     for variant, result in zip(variants, results, strict=True):
         assert result.ok, result.error
         assert result.ops_checked >= 60_000
@@ -448,9 +448,9 @@ def test_default_run_exercises_every_operation(default_run):
 def test_correct_fixture_queue_passes(default_run):
     _, (base, good, _), _, _ = default_run
     assert base.role == "baseline" and base.ok
-    assert base.invalid_compared == len(gate.INVALID_SCENARIOS)
+    assert base.invalid_compared == len(invalid.INVALID_SCENARIOS)
     assert good.role == "candidate" and good.ok and good.error is None
-    assert good.invalid_compared == len(gate.INVALID_SCENARIOS)
+    assert good.invalid_compared == len(invalid.INVALID_SCENARIOS)
     assert good.line().startswith("PASS")
     assert good.sha256 in good.line()
 
@@ -461,12 +461,12 @@ def test_bound_is_model_checked_but_skips_invalid_ops(default_run):
     assert floor.is_bound
     assert result.role == "bound"
     assert result.ok, result.error
-    assert result.ops_checked == gate.DEFAULT_OPS
+    assert result.ops_checked == model.DEFAULT_OPS
     assert result.invalid_compared == 0
     assert "invalid ops skipped (bound)" in result.line()
     # Skipping matters: the check-free floor would fail the invalid-operation comparison.
-    with pytest.raises(gate.ValidationError):
-        gate.compare_invalid(variants[0], floor)
+    with pytest.raises(naming.ValidationError):
+        invalid.compare_invalid(variants[0], floor)
 
 
 def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baseline):
@@ -486,15 +486,15 @@ def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baselin
 
 def op_sequence(variant: loader.Variant, seed: int, ops: int = 3_000) -> list[str]:
     seen = []
-    real_step = gate._ModelRun.step
+    real_step = model._ModelRun.step
 
     def step(self):
         real_step(self)
         seen.append(self.op_desc)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gate._ModelRun, "step", step)
-        assert gate.model_check(variant, ops=ops, seed=seed) == ops
+        mp.setattr(model._ModelRun, "step", step)
+        assert model.model_check(variant, ops=ops, seed=seed) == ops
     return seen
 
 
@@ -566,7 +566,8 @@ def test_cli_json(run_cli, good_path):
 
 @pytest.mark.network
 def test_mutants_refused_against_vllm_0_32_0(broken_file):
-    """The same mutants, with the real release as baseline and block class."""
+    """Needs the network (unless cached): the same mutants, with the real release as
+    baseline and block class."""
     sources = ["vllm==0.32.0", *(f"{broken_file}::{m.name}" for m in MUTANTS)]
     variants = loader.load_variants(sources)
     results = gate.gate(variants, ops=QUICK_OPS)
@@ -725,14 +726,14 @@ def small_queue_gate(size_file, baseline):
 
 
 def test_default_sizes_are_the_timed_pools_and_the_minimum():
-    assert gate.MIN_POOL == params.MIN_POOL
-    assert (params.MIN_POOL, *schema.POOLS) == gate.DEFAULT_SIZES
+    assert schema.MIN_POOL == params.MIN_POOL
+    assert (schema.MIN_POOL, *schema.POOLS) == sizes.DEFAULT_SIZES
     gate_params = inspect.signature(gate.gate).parameters
-    assert gate_params["sizes"].default == gate.DEFAULT_SIZES
+    assert gate_params["sizes"].default == sizes.DEFAULT_SIZES
     assert gate_params["size_ops"].default is None
     # The timed batch lengths: alloc1/2/8/32 and the batches of mix.
-    assert gate.TIMED_BATCHES == (1, 2, 8, 32)
-    assert max(cases.MIX_SIZES) <= max(gate.TIMED_BATCHES) < gate.MAX_BATCH
+    assert sizes.TIMED_BATCHES == (1, 2, 8, 32)
+    assert max(cases.MIX_SIZES) <= max(sizes.TIMED_BATCHES) < sizes.MAX_BATCH
 
 
 @pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
@@ -742,8 +743,8 @@ def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
     result = small_queue_gate[1 + SIZE_MUTANTS.index(mutant)]
     assert result.label.endswith(f"::{mutant.name}")
     assert result.ok, f"{mutant.name}: {result.error}"
-    assert result.ops_checked == gate.DEFAULT_OPS
-    assert result.invalid_compared == len(gate.INVALID_SCENARIOS)
+    assert result.ops_checked == model.DEFAULT_OPS
+    assert result.invalid_compared == len(invalid.INVALID_SCENARIOS)
     assert result.sizes == () and result.size_ops_checked == 0
 
 
@@ -751,11 +752,11 @@ def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
 def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
     base_result, result = gate.gate([baseline, broken], ops=QUICK_OPS)
-    assert base_result.ok and base_result.sizes == gate.DEFAULT_SIZES, base_result.error
+    assert base_result.ok and base_result.sizes == sizes.DEFAULT_SIZES, base_result.error
     assert result.ok is False, f"gate passed a queue where {mutant.bug}"
     # Parts 1 and 3 passed it; part 2 refused it at the first size where it misbehaves.
     assert result.ops_checked == QUICK_OPS
-    assert result.invalid_compared == len(gate.INVALID_SCENARIOS)
+    assert result.invalid_compared == len(invalid.INVALID_SCENARIOS)
     first = result.error.splitlines()[0]
     match = re.match(
         r"size (\d+): (operation #\d+ |whole-structure check after operation #\d+: "
@@ -764,9 +765,9 @@ def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     )
     assert match, first
     assert int(match.group(1)) == mutant.first_size
-    sizes = gate.DEFAULT_SIZES
-    assert result.sizes == sizes[: sizes.index(mutant.first_size)]
-    assert result.size_ops_checked < len(sizes) * (QUICK_OPS // gate.SIZE_OPS_DIVISOR)
+    default = sizes.DEFAULT_SIZES
+    assert result.sizes == default[: default.index(mutant.first_size)]
+    assert result.size_ops_checked < len(default) * (QUICK_OPS // sizes.SIZE_OPS_DIVISOR)
     assert mutant.names_op in result.error, result.error
     assert "expected:" in result.error and "got:" in result.error, result.error
     assert result.line().startswith("FAIL")
@@ -776,11 +777,11 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
     """The runner's call (``--json --ops N --seed S SOURCES``, no size option) already
     runs part 2 at every timed size."""
     source = f"{size_file}::PopOneKeepsLinksWhenLong"
-    seed = str(gate.DEFAULT_SEED)
+    seed = str(model.DEFAULT_SEED)
     proc = run_cli("validate", "--json", "--ops", "60000", "--seed", seed, "kvqueue", source)
     assert proc.returncode == 1, proc.stderr
     base, broken = json.loads(proc.stdout)["results"]
-    assert base["ok"] and base["sizes"] == list(gate.DEFAULT_SIZES)
+    assert base["ok"] and base["sizes"] == list(sizes.DEFAULT_SIZES)
     assert base["size_ops_checked"] == 3 * 15_000
     assert not broken["ok"] and broken["sizes"] == []
     assert broken["error"].startswith("size 64: operation #"), broken["error"]
@@ -791,12 +792,12 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
 @pytest.mark.parametrize("mutant", LONG_BATCH_MUTANTS, ids=lambda m: m.name)
 def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
-    with pytest.raises(gate.ValidationError) as small:
-        gate.model_check(broken)
+    with pytest.raises(naming.ValidationError) as small:
+        model.model_check(broken)
     assert mutant.names_op in str(small.value)
-    for size in gate.DEFAULT_SIZES:
-        with pytest.raises(gate.ValidationError) as sized:
-            gate.size_check(broken, size, ops=QUICK_OPS // gate.SIZE_OPS_DIVISOR)
+    for size in sizes.DEFAULT_SIZES:
+        with pytest.raises(naming.ValidationError) as sized:
+            sizes.size_check(broken, size, ops=QUICK_OPS // sizes.SIZE_OPS_DIVISOR)
         message = str(sized.value)
         assert message.startswith(f"size {size}: operation #"), message
         assert mutant.names_op in message, message
@@ -807,13 +808,13 @@ def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_f
 def test_correct_queues_pass_at_every_timed_size(default_run):
     """kvqueue, the good fixture and the floor bound, at the default op count."""
     _, results, _, _ = default_run
-    per_size = gate.DEFAULT_OPS // gate.SIZE_OPS_DIVISOR
+    per_size = model.DEFAULT_OPS // sizes.SIZE_OPS_DIVISOR
     assert per_size == 15_000
     for result in results:
         assert result.ok, result.error
-        assert result.sizes == gate.DEFAULT_SIZES
-        assert set(schema.POOLS) <= set(result.sizes) and params.MIN_POOL in result.sizes
-        assert result.size_ops_checked == len(gate.DEFAULT_SIZES) * per_size
+        assert result.sizes == sizes.DEFAULT_SIZES
+        assert set(schema.POOLS) <= set(result.sizes) and schema.MIN_POOL in result.sizes
+        assert result.size_ops_checked == len(sizes.DEFAULT_SIZES) * per_size
         # Elapsed time is recorded and part of the total. The bound is loose (measured
         # ~1.2 s); an O(size) check after every operation would take ~10 minutes.
         assert 0 < result.size_seconds < result.seconds
@@ -824,12 +825,12 @@ def test_correct_queues_pass_at_every_timed_size(default_run):
 def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
     """At 2,048 blocks: every operation, every timed batch length and longer ones,
     block ids >= 1000, a count that never drops below 60, and regular full walks."""
-    ops = gate.DEFAULT_OPS // gate.SIZE_OPS_DIVISOR
+    ops = model.DEFAULT_OPS // sizes.SIZE_OPS_DIVISOR
     seen: Counter = Counter()
     lengths: dict[str, set[int]] = {"popleft_n": set(), "append_n": set(), "prepend_n": set()}
     ids: set[int] = set()
     counts: list[int] = []
-    real_step, real_walk = gate._SizedRun.step, gate._SizedRun.walk
+    real_step, real_walk = sizes._SizedRun.step, sizes._SizedRun.walk
 
     def step(self):
         real_step(self)
@@ -848,14 +849,14 @@ def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
         real_walk(self)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gate._SizedRun, "step", step)
-        mp.setattr(gate._SizedRun, "walk", walk)
-        assert gate.size_check(baseline, 2048, ops) == ops
+        mp.setattr(sizes._SizedRun, "step", step)
+        mp.setattr(sizes._SizedRun, "walk", walk)
+        assert sizes.size_check(baseline, 2048, ops) == ops
     kinds = {"popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"}
     assert all(seen[k] > 500 for k in [*kinds, "iter_blocks_after"]), seen
     for kind, found in lengths.items():
-        assert set(gate.TIMED_BATCHES) <= found, (kind, sorted(found))
-        assert max(found) == gate.MAX_BATCH, (kind, sorted(found))
+        assert set(sizes.TIMED_BATCHES) <= found, (kind, sorted(found))
+        assert max(found) == sizes.MAX_BATCH, (kind, sorted(found))
     assert sum(i >= 1000 for i in ids) > 900
     assert min(counts) >= 60 and max(counts) == 2048
     assert seen["walk"] >= ops // (2048 // 20)
@@ -871,8 +872,8 @@ def test_size_check_same_seed_same_result(size_file, baseline):
     broken = load(f"{size_file}::RemoveKeepsLinksOfHighIds", baseline)
     errors = []
     for seed in (3, 3, 4):
-        with pytest.raises(gate.ValidationError) as info:
-            gate.size_check(broken, 2048, ops=2_000, seed=seed)
+        with pytest.raises(naming.ValidationError) as info:
+            sizes.size_check(broken, 2048, ops=2_000, seed=seed)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
     assert errors[0] != errors[2]
@@ -897,11 +898,12 @@ def test_gate_with_sizes_runs_on_a_bare_interpreter():
 
 @pytest.mark.network
 def test_size_mutants_refused_against_vllm_0_32_0(size_file):
-    """The release itself passes at the timed sizes; the size mutants do not."""
+    """Needs the network (unless cached): the release itself passes at the timed sizes;
+    the size mutants do not."""
     sources = ["vllm==0.32.0", *(f"{size_file}::{m.name}" for m in SIZE_MUTANTS)]
     results = gate.gate(loader.load_variants(sources), ops=QUICK_OPS)
     assert results[0].ok, results[0].error
-    assert results[0].sizes == gate.DEFAULT_SIZES
+    assert results[0].sizes == sizes.DEFAULT_SIZES
     for mutant, result in zip(SIZE_MUTANTS, results[1:], strict=True):
         assert not result.ok, mutant.name
         assert result.error.startswith(f"size {mutant.first_size}: "), result.error

@@ -33,7 +33,7 @@ from kvqueue import child, hostinfo, schema
 from kvqueue.bench import runfiles, sizing
 from kvqueue.bench.runfiles import RunWriter
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.gate import gate
+from kvqueue.gate import model
 from kvqueue.params import (
     BUDGET_START_ENV,
     DEFAULT_PAIRS,
@@ -172,7 +172,7 @@ def run_gate(params: BenchParams, invalid: str = "refuse") -> list[dict[str, Any
         Any variant failed; the message is the gate's readable report.
     """
     cmd = [params.python, "-m", "kvqueue", "validate", "--json", "--ops", str(params.gate_ops)]
-    cmd += ["--seed", str(gate.DEFAULT_SEED)]
+    cmd += ["--seed", str(model.DEFAULT_SEED)]
     # The model check at the sizes this run times (and the smallest pool allowed).
     cmd += ["--sizes", ",".join(map(str, sorted({MIN_POOL, *params.pools})))]
     if params.block_source:
@@ -403,7 +403,7 @@ def _run_locked(
         "launcher": {"pid": launcher_pid},
         "seeds": {
             "run": params.seed,
-            "gate": gate.DEFAULT_SEED,
+            "gate": model.DEFAULT_SEED,
             "case": params.seed,
             "processes": {ph: [s for p, _, s in plan if p == ph] for ph in schema.PHASES},
         },
