@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.sources import upstream
+from kvqueue.sources.cache import MEMBER
 
 # One bench lock per test session (inherited by the CLI subprocesses): the suite's tiny
 # benches then never wait for, or refuse because of, a bench running elsewhere.
@@ -85,7 +85,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def git_repo(tmp_path: Path):
-    """Factory: a git repo whose commits hold given texts at ``upstream.MEMBER``.
+    """Factory: a git repo whose commits hold given texts at ``MEMBER``.
 
     ``make(["text1", "text2"])`` commits each text in turn on branch ``main`` and returns
     ``(repo_path, [sha1, sha2])``; use ``git(repo, ...)`` from the returned helper for more.
@@ -95,7 +95,7 @@ def git_repo(tmp_path: Path):
         repo = tmp_path / name
         repo.mkdir()
         _git(repo, "init", "-q", "-b", "main")
-        member = repo / upstream.MEMBER
+        member = repo / MEMBER
         member.parent.mkdir(parents=True)
         shas = []
         for number, text in enumerate(texts, start=1):

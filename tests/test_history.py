@@ -16,7 +16,9 @@ import pytest
 from kvqueue import params
 from kvqueue.errors import BenchInputError
 from kvqueue.history import collect as history_collect
-from kvqueue.sources import loader, upstream
+from kvqueue.sources import loader
+from kvqueue.sources.cache import MEMBER
+from kvqueue.sources.errors import ModuleMissing, ReleaseNotFound
 
 QUEUES = Path(__file__).resolve().parent / "queues"
 GOOD = QUEUES / "good.py"
@@ -48,9 +50,9 @@ def releases(monkeypatch, tmp_path):
     def probe(release: str, files: object) -> loader.Variant:
         probed.append(release)
         if release in _OLD:
-            raise upstream.ModuleMissing(f"vLLM release {release} has no {upstream.MEMBER}")
+            raise ModuleMissing(f"vLLM release {release} has no {MEMBER}")
         if release not in _SOURCE:
-            raise upstream.ReleaseNotFound(f"vLLM release {release} does not exist")
+            raise ReleaseNotFound(f"vLLM release {release} does not exist")
         (variant,) = loader.load_variants([str(paths[_SOURCE[release]])], block_mode="own")
         return variant
 
@@ -81,7 +83,7 @@ def test_plan_groups_releases_into_distinct_versions(releases):
     assert found.skipped[0]["release"] == "1.9.0"
     assert found.skipped[1] == {
         "release": "1.0.0 .. 1.8.0",
-        "reason": f"not probed: older than 1.9.0, which predates {upstream.MEMBER}",
+        "reason": f"not probed: older than 1.9.0, which predates {MEMBER}",
     }
     lines = out.getvalue().splitlines()
     assert sum(line.startswith("history: version ") for line in lines) == 3
@@ -106,9 +108,7 @@ def test_given_releases_are_probed_as_given(releases):
         ["3.1.0", "2.0.0", "1.9.0"], listing=listing, progress=io.StringIO()
     )
     assert [v.releases for v in found.versions] == [["3.1.0"], ["2.0.0"]]
-    assert found.skipped == [
-        {"release": "1.9.0", "reason": f"vLLM release 1.9.0 has no {upstream.MEMBER}"}
-    ]
+    assert found.skipped == [{"release": "1.9.0", "reason": f"vLLM release 1.9.0 has no {MEMBER}"}]
     assert probed == ["3.1.0", "2.0.0", "1.9.0"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.sources import loader, upstream
+from kvqueue.sources import cache, loader
 
 KVQUEUE_DIR = Path(loader.__file__).resolve().parent.parent
 OURS = KVQUEUE_DIR / "subject" / "ours.py"
@@ -58,7 +58,7 @@ def test_file_source(good_path):
     assert prov["class_name"] == "FreeKVCacheBlockQueue"
     assert prov["vllm_version"] is None
     assert prov["class_sha256"] == sha(class_text(good_path, "FreeKVCacheBlockQueue"))
-    assert prov["file_sha256"] == upstream.sha256_file(good_path)
+    assert prov["file_sha256"] == cache.sha256_file(good_path)
     assert prov["block_source"] == str(good_path)
     assert prov["block_class_sha256"] == sha(class_text(good_path, "KVCacheBlock"))
     assert prov["is_bound"] is False
@@ -123,11 +123,11 @@ def test_git_source_by_sha_and_branch(git_repo, good_text, good_path):
     expected = sha(class_text(good_path, "FreeKVCacheBlockQueue"))
     assert by_sha.sha256 == by_branch.sha256 == expected
     assert head.sha256 != expected
-    assert by_sha.path == f"{repo.resolve()}@{first}:{upstream.MEMBER}"
+    assert by_sha.path == f"{repo.resolve()}@{first}:{cache.MEMBER}"
     # A branch or HEAD is recorded as the commit it named when it was read.
-    assert by_branch.path == f"{repo.resolve()}@{first}:{upstream.MEMBER} (ref old)"
+    assert by_branch.path == f"{repo.resolve()}@{first}:{cache.MEMBER} (ref old)"
     by_head = loader.read_source(f"git:{repo}@HEAD")
-    assert by_head.path == f"{repo.resolve()}@{second}:{upstream.MEMBER} (ref HEAD)"
+    assert by_head.path == f"{repo.resolve()}@{second}:{cache.MEMBER} (ref HEAD)"
     assert by_sha.vllm_version is None
     assert by_sha.file_sha256 == sha(good_text)
 
@@ -261,26 +261,26 @@ def empty_index(monkeypatch, tmp_path: Path) -> None:
 
 def test_release_source_from_cache(empty_cache, good_path, monkeypatch):
     """``vllm==X`` reads the cached file (checked against its record); no network."""
-    cached = upstream.cached_path("9.9.9")
+    cached = cache.cached_path("9.9.9")
     assert cached.is_relative_to(empty_cache)
     cached.parent.mkdir(parents=True)
     cached.write_bytes(good_path.read_bytes())
-    record = upstream.ReleaseRecord(
+    record = cache.ReleaseRecord(
         vllm_version="9.9.9",
-        file_sha256=upstream.sha256_file(cached),
+        file_sha256=cache.sha256_file(cached),
         file_size=cached.stat().st_size,
         wheel="vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl",
         wheel_sha256="0" * 64,
         wheel_sha256_from_index=True,
         fetched_at="2026-01-01T00:00:00Z",
     )
-    upstream.record_path("9.9.9").write_text(json.dumps(record.to_json()))
+    cache.record_path("9.9.9").write_text(json.dumps(record.to_json()))
     offline(monkeypatch)
     variants = loader.load_variants(["vllm==9.9.9", "kvqueue"])
     prov = variants[0].provenance()
     assert prov["vllm_version"] == "9.9.9"
     assert prov["resolved_path"] == str(cached)
-    assert prov["file_sha256"] == upstream.sha256_file(cached)
+    assert prov["file_sha256"] == cache.sha256_file(cached)
     assert prov["class_sha256"] == sha(class_text(good_path, "FreeKVCacheBlockQueue"))
     assert variants[0].block_src.vllm_version == "9.9.9"
     assert variants[1].provenance()["vllm_version"] is None
@@ -303,7 +303,7 @@ def test_unknown_release(empty_cache, monkeypatch, tmp_path):
     with pytest.raises(loader.SourceError) as info:
         loader.load_variants(["vllm==0.0.999"])
     assert_one_line_source_error(info, "0.0.999", "does not exist on the package index")
-    assert not upstream.cached_path("0.0.999").exists()
+    assert not cache.cached_path("0.0.999").exists()
 
 
 def test_no_network_and_no_cache(empty_cache, monkeypatch):
@@ -430,11 +430,11 @@ def test_git_ref_does_not_exist(git_repo, good_text):
 
 def test_git_commit_without_the_member(git_repo, good_text):
     repo, (commit,) = git_repo([good_text])
-    git_repo.git(repo, "rm", "-q", upstream.MEMBER)
+    git_repo.git(repo, "rm", "-q", cache.MEMBER)
     git_repo.git(repo, "commit", "-q", "-m", "drop")
     with pytest.raises(loader.SourceError) as info:
         loader.read_source(f"git:{repo}@main")
-    assert_one_line_source_error(info, "cannot read", upstream.MEMBER)
+    assert_one_line_source_error(info, "cannot read", cache.MEMBER)
     assert loader.read_source(f"git:{repo}@{commit}").class_name == "FreeKVCacheBlockQueue"
 
 

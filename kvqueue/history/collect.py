@@ -8,7 +8,7 @@ differs is how the variants are chosen:
    that predates ``vllm/v1/core/kv_cache_utils.py`` or its ``FreeKVCacheBlockQueue``
    (older ones are not probed: the module appeared once and never left), or the list
    given in ``RELEASES``. Each is fetched into the release cache (one range read of the
-   member per release, see :mod:`kvqueue.sources.upstream`).
+   member per release, see :mod:`kvqueue.sources.fetch`).
 2. **Distinct versions**: releases whose queue class AND block class texts are
    byte-identical (same sha256 of both) are one *version*; it is timed once, under the
    newest release that has it, and the record lists every release that shares it.
@@ -36,7 +36,12 @@ from typing import Any
 
 from kvqueue import params
 from kvqueue.errors import BenchInputError
-from kvqueue.sources import loader, upstream
+from kvqueue.sources import loader
+from kvqueue.sources.cache import MEMBER
+from kvqueue.sources.errors import FetchError, ModuleMissing, NoReadableWheel
+from kvqueue.sources.fetch import fetch_release
+from kvqueue.sources.index import IndexFile, list_releases
+from kvqueue.versions import is_version, version_key
 
 #: ``run.json`` key of the history record.
 HISTORY_KEY = "history"
@@ -78,12 +83,12 @@ class Version:
     @property
     def newest(self) -> str:
         """The newest release of the version: the one that is timed."""
-        return max(self.releases, key=upstream.version_key)
+        return max(self.releases, key=version_key)
 
     @property
     def oldest(self) -> str:
         """The first release that shipped this version."""
-        return min(self.releases, key=upstream.version_key)
+        return min(self.releases, key=version_key)
 
     @property
     def source(self) -> str:
@@ -97,7 +102,7 @@ class Version:
             "key": self.key,
             "queue_class_sha256": self.queue_sha256,
             "block_class_sha256": self.block_sha256,
-            "releases": sorted(self.releases, key=upstream.version_key),
+            "releases": sorted(self.releases, key=version_key),
             "first_release": self.oldest,
             "adapter": self.adapter,
             "missing_methods": list(self.missing),
@@ -133,16 +138,16 @@ def version_key_of(queue_text: str, block_text: str) -> str:
     return hashlib.sha256(f"{queue_text}\0{block_text}".encode()).hexdigest()
 
 
-def _probe(release: str, files: list[upstream.IndexFile] | None) -> loader.Variant:
+def _probe(release: str, files: list[IndexFile] | None) -> loader.Variant:
     """Fetch one release and load its queue on its own block class (no timing)."""
-    upstream.fetch_release(release, files=files)
+    fetch_release(release, files=files)
     (variant,) = loader.load_variants([f"vllm=={release}"], block_mode="own")
     return variant
 
 
 def plan(
     releases: Sequence[str] | None = None,
-    listing: Mapping[str, list[upstream.IndexFile]] | None = None,
+    listing: Mapping[str, list[IndexFile]] | None = None,
     progress: Any = None,
 ) -> Plan:
     """Find the releases to time and group them into distinct versions.
@@ -153,7 +158,7 @@ def plan(
         Release numbers to time; None: every release from the newest down to the first
         that predates the queue.
     listing
-        ``upstream.list_releases()`` (read here by default).
+        ``list_releases()`` (read here by default).
     progress
         A file for one line per release (default: stderr).
 
@@ -169,17 +174,17 @@ def plan(
     """
     out = progress or sys.stderr
     try:
-        listing = dict(listing) if listing is not None else upstream.list_releases()
-    except upstream.FetchError as exc:
+        listing = dict(listing) if listing is not None else list_releases()
+    except FetchError as exc:
         if releases is None:
             raise BenchInputError(f"cannot list the vLLM releases: {exc}") from None
         listing = {}
     given = releases is not None
     if releases is None:
-        order = sorted(listing, key=upstream.version_key, reverse=True)
+        order = sorted(listing, key=version_key, reverse=True)
         order = [v for v in order if not _is_prerelease(v)]
     else:
-        order = sorted(dict.fromkeys(releases), key=upstream.version_key, reverse=True)
+        order = sorted(dict.fromkeys(releases), key=version_key, reverse=True)
     versions: dict[str, Version] = {}
     skipped: list[dict[str, str]] = []
     probed: list[str] = []
@@ -188,7 +193,7 @@ def plan(
         probed.append(release)
         try:
             variant = _probe(release, listing.get(release))
-        except (upstream.ModuleMissing, loader.SourceError, upstream.NoReadableWheel) as exc:
+        except (ModuleMissing, loader.SourceError, NoReadableWheel) as exc:
             reason = str(exc)
             # Given releases are the user's choice: a class that fails to load stops the
             # run. In the default history one broken release is skipped with its reason.
@@ -196,19 +201,18 @@ def plan(
                 raise BenchInputError(f"vllm=={release}: {reason}") from None
             skipped.append({"release": release, "reason": reason})
             print(f"history: {release}: skipped ({reason})", file=out, flush=True)
-            if not given and versions and isinstance(exc, (upstream.ModuleMissing,)):
+            if not given and versions and isinstance(exc, (ModuleMissing,)):
                 rest = order[index + 1 :]
                 if rest:
                     skipped.append(
                         {
                             "release": f"{rest[-1]} .. {rest[0]}",
-                            "reason": f"not probed: older than {release}, which predates "
-                            f"{upstream.MEMBER}",
+                            "reason": f"not probed: older than {release}, which predates {MEMBER}",
                         }
                     )
                 break
             continue
-        except upstream.FetchError as exc:
+        except FetchError as exc:
             raise BenchInputError(f"vllm=={release}: {exc}") from None
         key = version_key_of(variant.queue_src.text, variant.block_src.text)
         if key not in versions:
@@ -224,13 +228,13 @@ def plan(
             versions[key].non_consecutive = True  # A, B, A: came back after another version
         versions[key].releases.append(release)
         last_key = key
-    ordered = sorted(versions.values(), key=lambda v: upstream.version_key(v.newest), reverse=True)
+    ordered = sorted(versions.values(), key=lambda v: version_key(v.newest), reverse=True)
     if len(ordered) < 2:
         raise BenchInputError(
             f"a history needs at least two distinct versions of the queue; found {len(ordered)}"
         )
     for number, version in enumerate(ordered, start=1):
-        shared = ", ".join(sorted(version.releases, key=upstream.version_key))
+        shared = ", ".join(sorted(version.releases, key=version_key))
         notes = [f"adapter {version.adapter}"] if version.adapter else []
         notes += [f"no {'/'.join(version.missing)}"] if version.missing else []
         notes += [version.structure] if version.structure != loader.STRUCTURE_SENTINELS else []
@@ -249,7 +253,7 @@ def plan(
                 flush=True,
             )
     return Plan(
-        listed=sorted(listing, key=upstream.version_key),
+        listed=sorted(listing, key=version_key),
         probed=probed,
         versions=ordered,
         skipped=skipped,
@@ -258,7 +262,7 @@ def plan(
 
 
 def _is_prerelease(version: str) -> bool:
-    return upstream.version_key(version)[1][0] == 0
+    return version_key(version)[1][0] == 0
 
 
 def releases_from_text(text: str | None) -> list[str] | None:
@@ -268,7 +272,7 @@ def releases_from_text(text: str | None) -> list[str] | None:
     out = []
     for word in text.split():
         release = word[len("vllm==") :] if word.startswith("vllm==") else word
-        if not upstream.is_version(release):
+        if not is_version(release):
             raise BenchInputError(f"RELEASES: {word!r} is not a vLLM version number")
         out.append(release)
     return out

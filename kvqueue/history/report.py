@@ -35,7 +35,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.analysis import rawdata, stats
 from kvqueue.history.collect import HISTORY_DEFAULTS
-from kvqueue.sources.upstream import version_key
+from kvqueue.versions import version_key
 
 KIND = schema.KIND_HISTORY
 VERSION_COLUMNS = tuple(schema.PROCESSED_TABLES["history"])

@@ -45,7 +45,9 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvqueue.sources import upstream
+from kvqueue.sources.cache import MEMBER
+from kvqueue.sources.errors import FetchError
+from kvqueue.sources.fetch import fetch_release
 
 QUEUE_CLASS = "FreeKVCacheBlockQueue"
 BLOCK_CLASS = "KVCacheBlock"
@@ -212,8 +214,8 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
     if base.startswith("vllm=="):
         version = base[len("vllm==") :]
         try:
-            path = upstream.fetch_release(version)
-        except upstream.FetchError as exc:
+            path = fetch_release(version)
+        except FetchError as exc:
             raise SourceError(str(exc)) from None
         raw, where = path.read_bytes(), str(path)
     elif base.startswith("git:"):
@@ -267,16 +269,16 @@ def _read_git(base: str) -> tuple[bytes, str]:
     )
     commit = rev.stdout.strip() if rev.returncode == 0 else ""
     if not commit:
-        raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: no such commit")
+        raise SourceError(f"cannot read {MEMBER} at '{ref}' in {repo}: no such commit")
     proc = subprocess.run(
-        ["git", "-C", repo, "show", f"{commit}:{upstream.MEMBER}"],
+        ["git", "-C", repo, "show", f"{commit}:{MEMBER}"],
         capture_output=True,
     )
     if proc.returncode != 0:
         stderr = proc.stderr.decode(errors="replace").strip()
         reason = (stderr.splitlines() or ["git show failed"])[-1]
-        raise SourceError(f"cannot read {upstream.MEMBER} at '{ref}' in {repo}: {reason}")
-    where = f"{Path(repo).resolve()}@{commit}:{upstream.MEMBER}"
+        raise SourceError(f"cannot read {MEMBER} at '{ref}' in {repo}: {reason}")
+    where = f"{Path(repo).resolve()}@{commit}:{MEMBER}"
     return proc.stdout, where if commit.startswith(ref) else f"{where} (ref {ref})"
 
 
