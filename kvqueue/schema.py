@@ -238,7 +238,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "included": _B,
         "headline": _B,
         "note": _S,
-        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.analysis.rawdata)
+        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.analysis.integrity)
         "git_state": _S,  # committed | modified | untracked | no git (kvqueue.report.processed)
         "protocol": _S,  # full | quick (smoke run) | too few processes | reduced (...)
         "warnings": _S,  # host label on several CPU models; a release with two digests
@@ -367,7 +367,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_low": _F,
         "ci_high": _F,
     },
-    # Policy runs (kind "policy"; kvqueue.policy.report): one row per run, policy, metric.
+    # Policy runs (kind "policy"; kvqueue.policy.analyze): one row per run, policy, metric.
     "policy": {
         "host": _S,
         "interpreter": _S,
@@ -378,13 +378,13 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
         "n_processes": _I,
-        "metric": _S,  # a key of kvqueue.policy.report.METRICS
+        "metric": _S,  # a key of kvqueue.policy.analyze.METRICS
         "estimate": _F,
         "ci_low": _F,
         "ci_high": _F,
         "ci_method": _S,
     },
-    # History runs (kind "history"; kvqueue.history.report): one row per run, cell and
+    # History runs (kind "history"; kvqueue.history.analyze): one row per run, cell and
     # version, oldest version first (order 0).
     "history": {
         "host": _S,
@@ -426,3 +426,38 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "significant": _B,  # the interval excludes 0
     },
 }
+
+
+# ------------------------------------------------------------------ policy and history runs
+# (the files and run.json keys of the two questions' runs, read by their analyze modules)
+
+#: A policy run's rows (kind :data:`KIND_POLICY`), next to its ``run.json``.
+POLICY_CSV = "policy.csv"
+#: Columns of one policy worker result row: the per-process, per-policy metrics, sums,
+#: so the analysis can form any ratio of them (:mod:`kvqueue.policy.worker`).
+POLICY_ROW_KEYS = (
+    "policy",
+    "window",
+    "order_position",
+    "allocations",
+    "blocks",
+    "runs",
+    "big_allocations",
+    "big_blocks",
+    "big_runs",
+    "big_blocks_in_runs",
+    "big_passed_over",
+    "big_rank_excess",
+    "big_scanned",
+    "admitted",
+    "completed",
+    "prefill_blocks",
+    "hit_blocks",
+    "ns_total",
+    "big_ns_total",
+)
+#: ``policy.csv`` header: ``process``, then :data:`POLICY_ROW_KEYS`.
+POLICY_COLUMNS = ("process", *POLICY_ROW_KEYS)
+#: ``run.json`` key of a history run's record (kind :data:`KIND_HISTORY`): its versions,
+#: newest first, and whether the releases were given.
+HISTORY_KEY = "history"

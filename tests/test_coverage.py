@@ -1,4 +1,5 @@
-"""Coverage measurement (kvqueue.analysis.coverage): simulation pieces and real A/A counting."""
+"""Coverage measurement: the estimators (kvqueue.analysis.estimators), the simulation
+(kvqueue.analysis.simulation) and real A/A counting (kvqueue.analysis.coverage)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvqueue.analysis import coverage, stats
+from kvqueue.analysis import coverage, estimators, simulation, stats
 
 # ---------------------------------------------------------------------------------------
 # simulation
 
 
-@pytest.mark.parametrize("law", coverage.LAWS)
+@pytest.mark.parametrize("law", simulation.LAWS)
 def test_process_effect_laws_are_standardized(law: str) -> None:
-    x = coverage.draw_process_effects(law, np.random.default_rng(1), (400_000,))
+    x = simulation.draw_process_effects(law, np.random.default_rng(1), (400_000,))
     assert abs(x.mean()) < 0.01
     assert x.std() == pytest.approx(1.0, abs=0.03 if law == "t3" else 0.01)
 
 
 def test_unknown_law_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown law"):
-        coverage.draw_process_effects("cauchy", np.random.default_rng(0), (3,))
+        simulation.draw_process_effects("cauchy", np.random.default_rng(0), (3,))
 
 
 def test_simulated_cells_have_the_set_effect_and_spread() -> None:
-    model = coverage.CellModel(effect=math.log(0.9), process_sd=0.015, order_effect=0.0)
-    x = coverage.simulate_log_ratios("gaussian", 11, 4000, np.random.default_rng(2), model)
+    model = simulation.CellModel(effect=math.log(0.9), process_sd=0.015, order_effect=0.0)
+    x = simulation.simulate_log_ratios("gaussian", 11, 4000, np.random.default_rng(2), model)
     assert x.shape == (4000, 11)
     assert np.median(x) == pytest.approx(math.log(0.9), abs=0.001)
     # process SD 1.5 % plus two medians of 9 samples at 2 % (about 0.83 % each)
@@ -36,29 +37,29 @@ def test_simulated_cells_have_the_set_effect_and_spread() -> None:
 
 
 def test_order_effect_adds_noise_not_bias() -> None:
-    model = coverage.CellModel(process_sd=0.0, order_effect=0.02)
-    x = coverage.simulate_log_ratios("gaussian", 11, 4000, np.random.default_rng(3), model)
-    quiet = coverage.simulate_log_ratios(
-        "gaussian", 11, 4000, np.random.default_rng(3), coverage.CellModel(process_sd=0.0)
+    model = simulation.CellModel(process_sd=0.0, order_effect=0.02)
+    x = simulation.simulate_log_ratios("gaussian", 11, 4000, np.random.default_rng(3), model)
+    quiet = simulation.simulate_log_ratios(
+        "gaussian", 11, 4000, np.random.default_rng(3), simulation.CellModel(process_sd=0.0)
     )
     assert np.mean(x) == pytest.approx(model.effect, abs=0.001)
     assert x.std() > 1.2 * quiet.std()
 
 
 def test_population_values_of_symmetric_and_skewed_laws() -> None:
-    assert set(coverage.population_values("t3").values()) == {coverage.CellModel().effect}
-    skew = coverage.population_values("skewed", draws=200_000)
+    assert set(simulation.population_values("t3").values()) == {simulation.CellModel().effect}
+    skew = simulation.population_values("skewed", draws=200_000)
     # The lognormal is right-skewed: median < pseudo-median < mean.
     assert skew["median"] < skew["pseudomedian"] < skew["mean"]
 
 
 def test_exact_ranks_and_coverages() -> None:
     # Signed-rank interval: exact coverage 1 - 2 P(T <= k - 1) (n = 11: 95.80 %).
-    assert coverage.signed_rank_rank(11) == 11
-    assert coverage.signed_rank_coverage(11) == pytest.approx(0.958008, abs=1e-6)
-    assert coverage.signed_rank_rank(5) == 0 and math.isnan(coverage.signed_rank_coverage(5))
-    assert coverage.binomial_order_interval_ranks(11) == 2
-    assert coverage.binomial_order_interval_ranks(5) == 0
+    assert estimators.signed_rank_rank(11) == 11
+    assert estimators.signed_rank_coverage(11) == pytest.approx(0.958008, abs=1e-6)
+    assert estimators.signed_rank_rank(5) == 0 and math.isnan(estimators.signed_rank_coverage(5))
+    assert estimators.binomial_order_interval_ranks(11) == 2
+    assert estimators.binomial_order_interval_ranks(5) == 0
 
 
 def test_vectorized_methods_agree_with_references() -> None:
@@ -66,20 +67,20 @@ def test_vectorized_methods_agree_with_references() -> None:
 
     rng = np.random.default_rng(4)
     x = rng.standard_t(3, size=(5, 11))
-    _, low, high = coverage.mean_t(x)
+    _, low, high = estimators.mean_t(x)
     for i in range(5):
         lo, hi = sps.t.interval(0.95, 10, loc=x[i].mean(), scale=sps.sem(x[i]))
         assert (low[i], high[i]) == pytest.approx((lo, hi))
-    _, tl, _ = coverage.trimmed_t(x)
-    assert coverage.trimmed_t(x)[0] == pytest.approx(sps.trim_mean(x, 0.2, axis=1))
-    assert np.all(tl < coverage.trimmed_t(x)[0])
+    _, tl, _ = estimators.trimmed_t(x)
+    assert estimators.trimmed_t(x)[0] == pytest.approx(sps.trim_mean(x, 0.2, axis=1))
+    assert np.all(tl < estimators.trimmed_t(x)[0])
     # median_hs is the report's interval on the same values.
-    e, lo, hi = coverage.median_hs(x)
+    e, lo, hi = estimators.median_hs(x)
     for i in range(5):
         ref = stats.order_statistic_interval(x[i])
         assert (e[i], lo[i], hi[i]) == pytest.approx((ref.estimate, ref.low, ref.high))
     # Hodges-Lehmann: the median of the 66 Walsh averages.
-    hl = coverage.hodges_lehmann(x)[0]
+    hl = estimators.hodges_lehmann(x)[0]
     i, j = np.triu_indices(11)
     assert hl[0] == pytest.approx(np.median((x[0, i] + x[0, j]) / 2))
 
@@ -88,7 +89,7 @@ def test_bootstrap_family_matches_scipy() -> None:
     from scipy import stats as sps
 
     x = np.random.default_rng(5).standard_t(3, size=(1, 11))
-    fam = coverage.bootstrap_family(x, 0.95, 20_000, np.random.default_rng(1))
+    fam = estimators.bootstrap_family(x, 0.95, 20_000, np.random.default_rng(1))
     for name, stat, method in [
         ("median_percentile", np.median, "percentile"),
         ("mean_bca", np.mean, "BCa"),
@@ -100,11 +101,11 @@ def test_bootstrap_family_matches_scipy() -> None:
 
 
 def test_coverage_table_and_selection_rule() -> None:
-    table = coverage.coverage_table(
+    table = simulation.coverage_table(
         laws=["gaussian", "contaminated"], ns=[9, 11], reps=600, resamples=300
     )
-    assert set(table["method"]) == set(coverage.METHODS)
-    assert len(table) == len(coverage.METHODS) * 2 * 2
+    assert set(table["method"]) == set(estimators.METHODS)
+    assert len(table) == len(estimators.METHODS) * 2 * 2
     assert table["coverage"].between(0, 1).all() and (table["half_width"] > 0).all()
     # The binomial interval never covers less than its guarantee (n = 11: 98.8 %).
     binom = table[(table["method"] == "median_binomial") & (table["n"] == 11)]

@@ -212,12 +212,12 @@ def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch)
     assert [v["non_consecutive"] for v in found.record()["versions"]] == [True, False, False]
     assert "history: warning: vllm==3.2.0's releases are not consecutive" in out.getvalue()
     # The step into the version that came back names its earlier release too.
-    from kvqueue.history import report as history_report
+    from kvqueue.history import analyze as history_analyze
 
     newer, older = found.record()["versions"][:2]
-    assert history_report._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
-    assert history_report._span(newer) == "3.0.0, 3.2.0"
-    assert history_report._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
+    assert history_analyze._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
+    assert history_analyze._span(newer) == "3.0.0, 3.2.0"
+    assert history_analyze._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
 
 
 # ------------------------------------------------------------------ report side
@@ -234,7 +234,7 @@ def _meta(started: str, given: bool = False, cases=("alloc1", "alloc8", "mix", "
 def test_a_reduced_history_does_not_replace_the_full_one():
     from types import SimpleNamespace
 
-    from kvqueue.history import report as history_report
+    from kvqueue.history import analyze as history_analyze
 
     def run(run_id, meta):
         return SimpleNamespace(host="box", interpreter="3.11", run_id=run_id, meta=meta)
@@ -242,13 +242,13 @@ def test_a_reduced_history_does_not_replace_the_full_one():
     full = run("a-full", _meta("2026-01-01"))
     given = run("b-given", _meta("2026-01-02", given=True))
     cut = run("c-cases", _meta("2026-01-03", cases=("alloc1",)))
-    assert history_report.reduced(full.meta) == ""
-    assert history_report.reduced(given.meta) == "releases given"
-    assert history_report.reduced(cut.meta) == "cases alloc1"
-    assert history_report._headline_ids([full, given, cut]) == {"a-full"}
-    assert history_report._headline_ids([given, cut]) == {"c-cases"}  # newest reduced
+    assert history_analyze.reduced(full.meta) == ""
+    assert history_analyze.reduced(given.meta) == "releases given"
+    assert history_analyze.reduced(cut.meta) == "cases alloc1"
+    assert history_analyze._headline_ids([full, given, cut]) == {"a-full"}
+    assert history_analyze._headline_ids([given, cut]) == {"c-cases"}  # newest reduced
     newer_full = run("d-full", _meta("2026-01-04"))
-    assert history_report._headline_ids([full, cut, newer_full]) == {"d-full"}
+    assert history_analyze._headline_ids([full, cut, newer_full]) == {"d-full"}
 
 
 def _report_frames(change: float, significant: bool):
@@ -295,10 +295,12 @@ def test_figure_labels_every_significant_step_with_its_release_range():
 
     from kvqueue.history import report as history_report
 
-    fig = history_report.figure(_report_frames(0.01, significant=True))
+    frames = _report_frames(0.01, significant=True)
+    fig = history_report.figure(frames.history, frames.history_steps)
     assert [t.get_text() for t in fig.axes[0].texts] == ["0.1.0 → 0.2.0 +1%"]
     plt.close(fig)
-    fig = history_report.figure(_report_frames(0.2, significant=False))
+    frames = _report_frames(0.2, significant=False)
+    fig = history_report.figure(frames.history, frames.history_steps)
     assert len(fig.axes[0].texts) == 0
     plt.close(fig)
 
@@ -306,7 +308,7 @@ def test_figure_labels_every_significant_step_with_its_release_range():
 def test_note_says_when_the_run_shown_is_reduced():
     from kvqueue.history import report as history_report
 
-    text = history_report.note(_report_frames(0.01, significant=True))
+    text = history_report.note(_report_frames(0.01, significant=True).history)
     assert "No full history of box / 3.11 yet: the run shown is a reduced one" in text
     assert "(releases given)" in text
 

@@ -22,7 +22,7 @@ import pytest
 from synthetic import write_fixture, write_run
 
 from kvqueue import params, schema
-from kvqueue.analysis import ab, rawdata
+from kvqueue.analysis import ab, integrity, rawdata
 from kvqueue.report import processed
 
 FAST = params.ReportSettings(resamples=1000)
@@ -675,7 +675,7 @@ def test_a_policy_run_needs_only_the_common_keys_and_its_digests(tmp_path: Path)
     raw = rawdata.read_raw(tmp_path)
     policy = raw.of_kind(schema.KIND_POLICY).runs
     assert [(r.run_id, r.included, r.integrity) for r in policy] == [
-        (run.name, True, rawdata.SEALED)
+        (run.name, True, integrity.SEALED)
     ]
     tables = ab.analyze(raw, FAST)
     assert run.name not in set(tables["runs"]["run_id"])

@@ -17,6 +17,7 @@ import pytest
 from kvqueue import __main__ as cli
 from kvqueue import child, params, schema
 from kvqueue.params import ReportSettings
+from kvqueue.policy import analyze as policy_analyze
 from kvqueue.policy import collect as policy_collect
 from kvqueue.policy import report as policy_report
 from kvqueue.policy import worker as policy_worker
@@ -104,20 +105,20 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     assert meta["workload"]["pool"] == 1024 and meta["seeds"]["run"] == 1
     assert meta["variants"][0]["check"]["ok"]
     assert meta["processes_completed"]["main"] == 6
-    runs = policy_report.read_policy_runs(raw)
+    runs = policy_analyze.read_policy_runs(raw)
     assert len(runs) == 1 and runs[0]["altered"] is None
     assert len(runs[0]["rows"]) == 6 * 3
-    table = policy_report.analyze(raw)
+    table = policy_analyze.analyze(raw)
     assert set(table["policy"]) == {"lru", "contig-w1", "contig-inf"}
     lru = table[(table["policy"] == "lru") & (table["metric"] == "passed_over")]
     assert float(lru["estimate"].iloc[0]) == 0.0  # lru never passes over an older block
     red = table[(table["policy"] == "contig-inf") & (table["metric"] == "runs_reduction")]
     assert float(red["estimate"].iloc[0]) > 1.0
     # An edited policy.csv is left out (altered), never read into the table.
-    csv_path = run_dir / policy_collect.POLICY_CSV
+    csv_path = run_dir / schema.POLICY_CSV
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")
-    assert policy_report.read_policy_runs(raw)[0]["altered"]
-    assert policy_report.analyze(raw).empty
+    assert policy_analyze.read_policy_runs(raw)[0]["altered"]
+    assert policy_analyze.analyze(raw).empty
 
 
 # ------------------------------------------------------------------ review fixes
@@ -228,11 +229,11 @@ def _metric(table, name: str, metric: str) -> float:
 def test_time_per_block_pairs_allocations_of_other_sizes(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    table = policy_report.analyze(raw)
+    table = policy_analyze.analyze(raw)
     assert _metric(table, "contig-w1", "big_ns_ratio") == pytest.approx(1.2)
     assert _metric(table, "contig-w1", "big_block_ns_ratio") == pytest.approx(0.8)
     assert _metric(table, "lru", "ns_per_big_block") == pytest.approx(100 * 1.03)
-    shown = policy_report.display_table(SimpleNamespace(policy=table))
+    shown = policy_report.display_table(table)
     cells = [c.split()[0] for c in shown["≥8 time per block × lru"]]
     assert list(shown["policy"]) == ["lru", "contig-w1", "contig-inf"]
     assert cells == ["1.00", "0.80", "1.00"]
@@ -241,23 +242,23 @@ def test_time_per_block_pairs_allocations_of_other_sizes(tmp_path: Path) -> None
 def test_a_policy_run_that_differs_from_its_commit_is_left_out(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    assert not policy_report.analyze(raw, git_states={"h/r1": "committed"}).empty
+    assert not policy_analyze.analyze(raw, git_states={"h/r1": "committed"}).empty
     # Edited and re-sealed (digests recomputed): only git can tell.
-    assert policy_report.analyze(raw, git_states={"h/r1": "modified"}).empty
-    runs = policy_report.with_git_state(policy_report.read_policy_runs(raw), {"h/r1": "modified"})
+    assert policy_analyze.analyze(raw, git_states={"h/r1": "modified"}).empty
+    runs = policy_analyze.with_git_state(policy_analyze.read_policy_runs(raw), {"h/r1": "modified"})
     assert runs[0]["rows"] is None and "git" in runs[0]["altered"]
 
 
 def test_processed_build_passes_git_states_to_the_policy_table(tmp_path, monkeypatch) -> None:
     seen = {}
-    original = policy_report.analyze
+    original = policy_analyze.analyze
 
     def fake(raw_dir, settings=None, git_states=None):
         seen["git"] = git_states
         return original(raw_dir, settings, git_states)
 
     monkeypatch.setattr(processed, "git_states", lambda raw_dir: {"h/r1": "modified"})
-    monkeypatch.setattr(policy_report, "analyze", fake)
+    monkeypatch.setattr(policy_analyze, "analyze", fake)
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
     data = processed.build(raw, tmp_path / "processed")
@@ -268,8 +269,8 @@ def test_the_figure_draws_one_line_per_variant(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
     _policy_run(raw, "r2", "vllm==0.32.0")
-    data = SimpleNamespace(policy=policy_report.analyze(raw), settings=ReportSettings())
-    fig = policy_report.figure(data)
+    data = SimpleNamespace(policy=policy_analyze.analyze(raw), settings=ReportSettings())
+    fig = policy_report.figure(data.policy)
     for ax in fig.axes:
         lines = [c.lines[0] for c in ax.containers]
         assert len(lines) == 2  # one per headline run, not one per host x interpreter

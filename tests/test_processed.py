@@ -15,7 +15,7 @@ from synthetic import write_fixture, write_run
 from kvqueue import __main__ as cli
 from kvqueue import params
 from kvqueue.analysis import ab, rawdata
-from kvqueue.report import processed, tables
+from kvqueue.report import ab_tables, check_tables, processed, provenance
 
 FAST = params.ReportSettings(resamples=2000)
 
@@ -98,7 +98,7 @@ def test_headline_is_newest_full_run_and_incomplete_run_is_named(
     # ...and left out of every statistic.
     for name in ("process_medians", "ratios", "summary", "order_effects"):
         assert "20261129T120000Z-cp312-cccc" not in set(data.table(name)["run_id"]), name
-    note = tables.runs_note(data)
+    note = provenance.runs_note(data)
     assert "synth-a/20261129T120000Z-cp312-cccc (status interrupted)" in note
     assert "Other included runs" in note and "20261128T090000Z-cp312-aaaa (older run" in note
 
@@ -138,7 +138,7 @@ def test_order_effect_warning(tmp_path: Path) -> None:
     row = data.order_effects.iloc[0]
     assert row["effect"] == pytest.approx((1.02**3) - 1, abs=0.01)
     assert bool(row["warn"])
-    assert "WARNING" in tables.order_summary(data)
+    assert "WARNING" in check_tables.order_summary(data)
 
 
 def test_comparisons_for_run() -> None:
@@ -338,5 +338,5 @@ def test_tables_from_a_real_quick_harness_run(tmp_path: Path) -> None:
     run = data.runs.iloc[0]
     assert run["protocol"] == "quick (smoke run)" and not bool(run["headline"])
     assert run["note"] == "not in the headline tables: quick (smoke run)"
-    assert not tables.results_table(data, ["alloc1"], headline_only=False).empty
-    assert not tables.runs_table(data).empty
+    assert not ab_tables.results_table(data, ["alloc1"], headline_only=False).empty
+    assert not provenance.runs_table(data).empty

@@ -23,7 +23,7 @@ import pytest
 from synthetic import write_fixture, write_hosts
 
 from kvqueue import __main__ as cli
-from kvqueue.report import figures, sections, tables
+from kvqueue.report import ab_tables, figures, sections
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "report.ipynb"
 PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} | {
@@ -37,7 +37,7 @@ HEADINGS = [
     "Summary",
     figures.FIGURES["forest"].title,
     "Validation",
-    *(tables.CASE_TITLES[c] for c in tables.HEADLINE_CASES),
+    *(ab_tables.CASE_TITLES[c] for c in ab_tables.HEADLINE_CASES),
     "Provenance: every run found",
 ]
 

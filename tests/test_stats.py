@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvqueue import params
-from kvqueue.analysis import coverage, stats
+from kvqueue.analysis import simulation, stats
 
 CELL = ["case", "pool"]
 
@@ -182,8 +182,8 @@ def test_unknown_method_is_refused_and_bootstrap_mapping() -> None:
 def _reduction_coverage(law: str, reps: int, n: int = 11, seed: int = 20261129) -> float:
     """Coverage of the report's interval (stats.reduction_interval, default method) on
     ``reps`` simulated cells of ``n`` processes (true reduction 20 %)."""
-    model = coverage.CellModel()
-    log_r = coverage.simulate_log_ratios(law, n, reps, np.random.default_rng(seed), model)
+    model = simulation.CellModel()
+    log_r = simulation.simulate_log_ratios(law, n, reps, np.random.default_rng(seed), model)
     truth = -math.expm1(model.effect)
     hits = 0
     for row in np.exp(log_r):
@@ -201,7 +201,7 @@ def test_coverage_of_the_95_percent_ci_with_11_processes(law: str) -> None:
     Each cell: 11 processes, per-process log ratio = log(0.8) + process effect (SD
     1.5 %: Gaussian, Student-t(3) or 10 % contaminated with 4x the SD) + the noise of
     two medians of 9 lognormal samples (2 %) timed at shuffled positions with an order
-    effect of 0.5 % per position (kvqueue.analysis.coverage.simulate_log_ratios).
+    effect of 0.5 % per position (kvqueue.analysis.simulation.simulate_log_ratios).
     """
     cov = _reduction_coverage(law, reps=20_000)
     print(f"coverage of the {stats.CI_METHOD} 95% CI, 11 processes, {law}: {cov:.3f}")
@@ -209,13 +209,13 @@ def test_coverage_of_the_95_percent_ci_with_11_processes(law: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("law", coverage.LAWS)
+@pytest.mark.parametrize("law", simulation.LAWS)
 @pytest.mark.parametrize("scale", [0.015, 0.04])
 def test_coverage_in_band_for_every_law_and_n(law: str, scale: float) -> None:
     """All laws (also skewed and one-sided outliers, against the population median),
     n = 9..31, process-effect SD 1.5 % and 4 %: 94-97 % with 6,000 cells each."""
-    model = coverage.CellModel(process_sd=scale)
-    table = coverage.coverage_table(
+    model = simulation.CellModel(process_sd=scale)
+    table = simulation.coverage_table(
         laws=[law], ns=[9, 11, 15, 21, 31], methods=["median_hs"], reps=6000, model=model
     )
     assert table["coverage"].between(0.94, 0.97).all(), table
@@ -224,7 +224,7 @@ def test_coverage_in_band_for_every_law_and_n(law: str, scale: float) -> None:
 @pytest.mark.slow
 def test_the_former_percentile_bootstrap_undercovers() -> None:
     # Why the default changed: the percentile bootstrap of the median is too short.
-    table = coverage.coverage_table(
+    table = simulation.coverage_table(
         laws=["gaussian", "t3"], ns=[15, 21], methods=["median_percentile"], reps=2500
     )
     assert (table["coverage"] < 0.94).all(), table

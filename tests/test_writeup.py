@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from synthetic import PYTHONS, THIRD_PAIR, write_fixture, write_hosts
 
-from kvqueue import params
-from kvqueue.report import figures, html, processed, sections, tables, writeup
+from kvqueue import formatting, params
+from kvqueue.report import figures, frames, html, processed, provenance, sections, writeup
 
 FAST = params.ReportSettings(resamples=2000)
 VISIBLE_BUDGET = 8_000
@@ -75,7 +75,7 @@ def test_whole_writeup_within_budget_four_hosts_three_comparisons(tmp_path: Path
     carried = [s for s in sections.build(data) if s.writeup and s.table is not None]
     assert carried
     for section in carried:
-        assert tables.to_markdown(section.table) in md, section.key
+        assert frames.to_markdown(section.table) in md, section.key
     cells = 4 * len(PYTHONS) * 3  # host x interpreter x comparison
     grid = next(s for s in carried if s.key == "results")
     assert grid.rows == cells
@@ -118,9 +118,9 @@ def test_html_and_markdown_render_the_same_sections(fixture_data: processed.Proc
     assert positions_html == sorted(positions_html)
     for s in secs:
         if s.table is not None and not s.table.empty:
-            assert tables.to_html(s.table) in page, s.key
+            assert frames.to_html(s.table) in page, s.key
             if s.writeup:
-                assert tables.to_markdown(s.table) in md, s.key
+                assert frames.to_markdown(s.table) in md, s.key
     # A section left out of the writeup is named there.
     left = [s for s in secs if not s.writeup]
     assert left
@@ -158,14 +158,14 @@ def test_writeup_content(fixture_data: processed.Processed) -> None:
 
 
 def test_interval_formatting_is_one_helper() -> None:
-    assert tables.fmt_ci(0.189, 0.21) == "[18.9, 21.0]"
-    assert tables.fmt_ci(np.nan, np.nan) == "n/a"
-    assert tables.fmt_ci(0.1, np.nan) == "n/a"
-    assert tables.fmt_ci(None, pd.NA) == "n/a"  # type: ignore[arg-type]
-    assert tables.fmt_estimate(0.203, 0.195, 0.213) == "20.3% [19.5, 21.3]"
-    assert tables.fmt_estimate(0.203, np.nan, np.nan) == "20.3% (CI n/a)"
-    assert tables.fmt_estimate(np.nan, np.nan, np.nan) == "n/a"
-    assert tables.fmt_pct(-0.0004) == "0.0%"
+    assert formatting.fmt_ci(0.189, 0.21) == "[18.9, 21.0]"
+    assert formatting.fmt_ci(np.nan, np.nan) == "n/a"
+    assert formatting.fmt_ci(0.1, np.nan) == "n/a"
+    assert formatting.fmt_ci(None, pd.NA) == "n/a"  # type: ignore[arg-type]
+    assert formatting.fmt_estimate(0.203, 0.195, 0.213) == "20.3% [19.5, 21.3]"
+    assert formatting.fmt_estimate(0.203, np.nan, np.nan) == "20.3% (CI n/a)"
+    assert formatting.fmt_estimate(np.nan, np.nan, np.nan) == "n/a"
+    assert formatting.fmt_pct(-0.0004) == "0.0%"
 
 
 def test_missing_interval_reads_na_everywhere(fixture_data: processed.Processed) -> None:
@@ -190,7 +190,7 @@ def test_runs_table_shows_columns_added_later(fixture_data: processed.Processed)
         always_empty=pd.NA,
     )
     data = dataclasses.replace(fixture_data, runs=runs)
-    table = tables.runs_table(data)
+    table = provenance.runs_table(data)
     assert "Integrity note" in table.columns
     assert "ALTERED: samples.csv changed" in set(table["Integrity note"])
     assert "Always empty" not in table.columns  # nothing to show

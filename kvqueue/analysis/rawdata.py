@@ -5,16 +5,18 @@ with the offending file, so ``make report`` can print it and stop. Runs whose st
 not ``"complete"`` are kept aside (their ``samples.csv`` may be cut short and is not
 read) so the report can name them.
 
-Integrity of a complete run (:attr:`Run.integrity`, :attr:`Run.altered`):
+Integrity of a complete run (:attr:`Run.integrity`, :attr:`Run.altered`; the checks are
+:mod:`kvqueue.analysis.integrity`'s):
 
 - its files are checked against the digests that ``run.json`` records (schema 2, see
   :mod:`kvqueue.bench.runfiles`): the sha256 and row count of ``samples.csv``, the sha256 of
   ``bench.ipynb`` when one is recorded. A ``bench.ipynb`` without a recorded digest is
   noted (``notebook not sealed``), not held against the run. Schema-1 runs record no
   digests: they are ``unsealed (schema 1)``;
-- its samples are checked against its own plan (:func:`plan_problem`): processes x
-  phases x cases x pools x variants x samples, no gaps, nothing extra, process numbers
-  ``1..processes_completed`` per phase, each round's order positions a permutation.
+- its samples are checked against its own plan
+  (:func:`kvqueue.analysis.integrity.plan_problem`): processes x phases x cases x pools x
+  variants x samples, no gaps, nothing extra, process numbers ``1..processes_completed``
+  per phase, each round's order positions a permutation.
 
 A run that fails either check is *altered*: it stays in :attr:`RawData.runs` (so the
 report names it, with the reason) but out of :attr:`RawData.included`, so out of every
@@ -43,24 +45,10 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
+from kvqueue.analysis import integrity
 
-RUN_JSON = schema.RUN_JSON
-SAMPLES_CSV = schema.SAMPLES_CSV
-BENCH_NOTEBOOK = schema.BENCH_NOTEBOOK
 COMPLETE = "complete"
 
-#: :attr:`Run.integrity` of a run whose files match the digests its ``run.json`` records.
-SEALED = "sealed"
-#: ... of such a run whose ``bench.ipynb`` has no recorded digest (noted, not held
-#: against the run: the notebook is the run's record, not its data).
-SEALED_NOTEBOOK_UNSEALED = "sealed (notebook not sealed)"
-#: ... of a schema-1 run (recorded no digests; only the plan checks apply).
-UNSEALED_V1 = "unsealed (schema 1)"
-#: ... of a schema-2 ``run.json`` without ``files`` (the runner always writes it, so this
-#: is a hand-made or stripped record; only the plan checks apply).
-UNSEALED_NO_DIGESTS = "unsealed (run.json records no digests)"
-#: Prefix of :attr:`Run.integrity` of an altered run (the reason follows).
-ALTERED = "altered: "
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 _INT_COLUMNS = (
@@ -100,8 +88,9 @@ class Run:
         Checked samples (columns :data:`schema.SAMPLE_COLUMNS`), or ``None`` for a run
         that is not complete (or whose ``samples.csv`` does not match its digest).
     integrity
-        For a complete run: :data:`SEALED`, :data:`SEALED_NOTEBOOK_UNSEALED`,
-        :data:`UNSEALED_V1`, :data:`UNSEALED_NO_DIGESTS` or :data:`ALTERED` + reason;
+        For a complete run, a value of :mod:`kvqueue.analysis.integrity`: ``SEALED``,
+        ``SEALED_NOTEBOOK_UNSEALED``, ``UNSEALED_V1``, ``UNSEALED_NO_DIGESTS`` or ``ALTERED``
+        + reason;
         ``None`` for a run that is not complete (its files are not checked).
     altered
         Why the run's files disagree with its ``run.json`` (one line), or ``None``.
@@ -261,8 +250,8 @@ def read_raw(raw_dir: Path | str) -> RawData:
         other = by_digest.setdefault(run.samples_sha256, run)
         if other is not run:
             raise RawDataError(
-                run.path / SAMPLES_CSV,
-                f"byte-identical to {other.path / SAMPLES_CSV}: folders {other.path} and "
+                run.path / schema.SAMPLES_CSV,
+                f"byte-identical to {other.path / schema.SAMPLES_CSV}: folders {other.path} and "
                 f"{run.path} hold the same samples (a copied run)",
             )
     return RawData(runs)
@@ -288,78 +277,37 @@ def read_run(run_dir: Path | str) -> Run:
         comes back *altered* (see the module docstring).
     """
     run_dir = Path(run_dir)
-    meta = read_run_json(run_dir / RUN_JSON)
+    meta = read_run_json(run_dir / schema.RUN_JSON)
     if meta["run_id"] != run_dir.name or meta["host"] != run_dir.parent.name:
         raise RawDataError(
-            run_dir / RUN_JSON,
+            run_dir / schema.RUN_JSON,
             f"host/run_id {meta['host']!r}/{meta['run_id']!r} do not match the folder "
             f"{run_dir.parent.name}/{run_dir.name}",
         )
     if meta["status"] != COMPLETE:
         return Run(run_dir, meta, None)
     if schema.run_kind(meta) not in schema.BENCH_FORMAT_KINDS:
-        problem = _check_recorded_files(run_dir, meta)
+        problem = integrity.check_recorded_files(run_dir, meta)
         if problem is not None:
-            return Run(run_dir, meta, None, ALTERED + problem, problem)
-        return Run(run_dir, meta, None, SEALED if meta.get(schema.FILES_KEY) else None)
-    path = run_dir / SAMPLES_CSV
+            return Run(run_dir, meta, None, integrity.ALTERED + problem, problem)
+        return Run(run_dir, meta, None, integrity.SEALED if meta.get(schema.FILES_KEY) else None)
+    path = run_dir / schema.SAMPLES_CSV
     _require(path.is_file(), path, "missing (a complete run needs its samples)")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    integrity, problem = _check_digests(run_dir, meta, digest)
+    state, problem = integrity.check_digests(run_dir, meta, digest)
     if problem is not None:
         # The file is not the one the run wrote: never parse it into the analysis.
-        return Run(run_dir, meta, None, ALTERED + problem, problem, digest)
+        return Run(run_dir, meta, None, integrity.ALTERED + problem, problem, digest)
     samples = read_samples(path, meta)
-    recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(SAMPLES_CSV) or {}).get("rows")
+    recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(schema.SAMPLES_CSV) or {}).get("rows")
     if recorded_rows is not None and recorded_rows != len(samples):
         problem = f"samples.csv has {len(samples):,} rows, run.json records {recorded_rows:,}"
     else:
-        problem = plan_problem(meta, samples)
+        problem = integrity.plan_problem(meta, samples)
     if problem is not None:
-        return Run(run_dir, meta, samples, ALTERED + problem, problem, digest)
-    return Run(run_dir, meta, samples, integrity, None, digest)
-
-
-def _check_digests(
-    run_dir: Path, meta: dict[str, Any], samples_sha256: str
-) -> tuple[str, str | None]:
-    """``(integrity, problem)``: the run's files against the digests ``run.json`` records."""
-    files = meta.get(schema.FILES_KEY)
-    if files is None:
-        return (UNSEALED_V1 if meta["schema_version"] < 2 else UNSEALED_NO_DIGESTS), None
-    sealed = files.get(SAMPLES_CSV)
-    if sealed is None:
-        return SEALED, "run.json records no digest of samples.csv"
-    if sealed["sha256"] != samples_sha256:
-        return SEALED, "samples.csv sha256 differs from run.json (edited after the run)"
-    notebook = run_dir / BENCH_NOTEBOOK
-    nb_sealed = files.get(BENCH_NOTEBOOK)
-    if nb_sealed is None:
-        return (SEALED_NOTEBOOK_UNSEALED if notebook.is_file() else SEALED), None
-    if not notebook.is_file():
-        return SEALED, "bench.ipynb is missing, run.json records its sha256"
-    if hashlib.sha256(notebook.read_bytes()).hexdigest() != nb_sealed["sha256"]:
-        return SEALED, "bench.ipynb sha256 differs from run.json (edited after the run)"
-    return SEALED, None
-
-
-def _check_recorded_files(run_dir: Path, meta: dict[str, Any]) -> str | None:
-    """The first file of a non-bench run that differs from its recorded sha256, or None.
-
-    A complete run of such a kind must record its files: without digests nothing could
-    tell its data from an edited copy.
-    """
-    files = meta.get(schema.FILES_KEY)
-    if not files:
-        return "run.json records no digests of its files"
-    for name, entry in sorted(files.items()):
-        target = run_dir / name
-        if Path(name).name != name or not target.is_file():
-            return f"{name} is missing, run.json records its sha256"
-        if hashlib.sha256(target.read_bytes()).hexdigest() != entry["sha256"]:
-            return f"{name} sha256 differs from run.json (edited after the run)"
-    return None
+        return Run(run_dir, meta, samples, integrity.ALTERED + problem, problem, digest)
+    return Run(run_dir, meta, samples, state, None, digest)
 
 
 # ---------------------------------------------------------------------------------------
@@ -557,7 +505,7 @@ def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
     if files is None:
         return
     _require(isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object")
-    for name in (SAMPLES_CSV, BENCH_NOTEBOOK):
+    for name in (schema.SAMPLES_CSV, schema.BENCH_NOTEBOOK):
         entry = files.get(name)
         if entry is None:
             continue
@@ -568,130 +516,13 @@ def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
             path,
             f"{where}.sha256 must be a hex sha256",
         )
-        if name == SAMPLES_CSV:
+        if name == schema.SAMPLES_CSV:
             rows = entry.get("rows")
             _require(
                 isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0,
                 path,
                 f"{where}.rows must be a whole number",
             )
-
-
-# ---------------------------------------------------------------------------------------
-# the run's plan
-
-
-def planned_cases(meta: dict[str, Any], phase: str) -> list[str]:
-    """The cases that one process of ``phase`` timed, by the run's own parameters.
-
-    ``main`` times ``parameters.cases``. ``confirm`` times ``parameters.confirm_cases`` as
-    recorded from schema 2 on (the runner records the effective list); a schema-1 run
-    recorded the list as given, so the rule of :func:`kvqueue.bench.runner.phase_cases` is
-    replayed: the confirmation cases that the run measured, or all of them when it
-    measured none (a missing list is the default :data:`kvqueue.schema.CONFIRM_CASES`).
-    """
-    params = meta["parameters"]
-    cases = list(params["cases"])
-    if phase == "main":
-        return cases
-    confirm = params.get("confirm_cases")
-    confirm = list(schema.CONFIRM_CASES if confirm is None else confirm)
-    if meta["schema_version"] >= 2:
-        return confirm
-    return [c for c in confirm if c in cases] or confirm
-
-
-def _numbers(values: Any) -> str:
-    """``1-8, 12``: sorted whole numbers as ranges."""
-    runs: list[list[int]] = []
-    for n in sorted({int(v) for v in values}):
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
-
-
-def plan_problem(meta: dict[str, Any], samples: pd.DataFrame) -> str | None:
-    """How a complete run's samples disagree with its own plan, or ``None``.
-
-    The plan: for each phase, processes ``1..processes_completed[phase]`` (which must
-    equal ``processes_planned[phase]``, the run being complete), each timing every case
-    of :func:`planned_cases` x every pool of ``parameters.pools`` x every variant x
-    samples ``0..parameters.samples - 1``, once; in each sample round the variants take
-    the order positions ``0..n_variants - 1`` once each.
-
-    Parameters
-    ----------
-    meta
-        The run's checked ``run.json``.
-    samples
-        Its checked samples (:func:`read_samples`: known phases, cases and variants, no
-        duplicate sample).
-
-    Returns
-    -------
-    str or None
-        One line naming the first disagreement.
-    """
-    params = meta["parameters"]
-    labels = [v["label"] for v in meta["variants"]]
-    pools = set(params["pools"])
-    n_samples = int(params["samples"])
-    planned, completed = meta["processes_planned"], meta["processes_completed"]
-    for phase in schema.PHASES:
-        want, done = planned.get(phase) or 0, completed.get(phase) or 0
-        if done != want:
-            return (
-                f"status complete, but run.json counts {done} of {want} planned "
-                f"{phase} processes as completed"
-            )
-    for phase in schema.PHASES:
-        rows = samples[samples["phase"] == phase]
-        done = completed.get(phase) or 0
-        have = set(rows["process"].unique().tolist())
-        if have != set(range(1, done + 1)):
-            return (
-                f"samples.csv has {len(have)} {phase} process(es) ({_numbers(have)}), "
-                f"run.json counts {done} completed"
-            )
-        if not done:
-            continue
-        cases = planned_cases(meta, phase)
-        for col, allowed, what in (
-            ("case", set(cases), f"a case that its plan does not time ({' '.join(cases)})"),
-            (
-                "pool",
-                pools,
-                f"a pool not in parameters.pools ({' '.join(map(str, sorted(pools)))})",
-            ),
-            ("sample", set(range(n_samples)), f"a sample outside 0-{n_samples - 1}"),
-        ):
-            bad = rows[~rows[col].isin(allowed)]
-            if len(bad):
-                return f"samples.csv has {phase} rows with {what}: {col} {bad[col].iloc[0]}"
-        expected = done * len(set(cases)) * len(pools) * len(labels) * n_samples
-        if len(rows) != expected:
-            # No duplicates and nothing outside the plan: fewer rows means gaps.
-            per = rows.groupby("process").size()
-            short = per[per < expected // done]
-            first = f" (first incomplete: process {int(short.index[0])})" if len(short) else ""
-            return (
-                f"samples.csv lacks {expected - len(rows):,} of the {expected:,} {phase} samples "
-                f"of the run's plan ({done} processes x {len(set(cases))} cases x "
-                f"{len(pools)} pools x {len(labels)} variants x {n_samples} samples){first}"
-            )
-    rounds = ["phase", "process", "case", "pool", "sample"]
-    bad = samples["order_position"] >= len(labels)
-    bad |= samples.duplicated([*rounds, "order_position"], keep=False)
-    if bad.any():
-        row = samples[bad].iloc[0]
-        return (
-            f"samples.csv: order positions of the round {row['phase']} process "
-            f"{row['process']}, {row['case']}, pool {row['pool']}, sample {row['sample']} "
-            f"are not a permutation of 0-{len(labels) - 1}"
-        )
-    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pandas as pd
 from kvqueue import params, schema
 from kvqueue.analysis import ab, stats
 from kvqueue.bench import runner
+from kvqueue.formatting import fmt_interval, fmt_signed_pct
 from kvqueue.params import BenchParams
 
 _CELL = ("case", "pool")
@@ -82,10 +83,6 @@ def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _pct(value: float) -> str:
-    return "n/a" if pd.isna(value) else f"{value * 100:+.1f}%"
-
-
 def format_table(table: pd.DataFrame, checked: params.Checked, seconds: float) -> str:
     """The comparison as a fixed-width text table with a header line."""
     p = checked.params
@@ -99,13 +96,13 @@ def format_table(table: pd.DataFrame, checked: params.Checked, seconds: float) -
     fmt = "{:<10} {:>8}  {:<28} {:>9}  {:<19} {:>4}  {}"
     lines.append(fmt.format("case", "pool", "candidate", "reduction", "95% CI", "n", "verdict"))
     for r in table.itertuples(index=False):
-        ci = "n/a" if pd.isna(r.ci_low) else f"[{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
+        ci = fmt_interval(r.ci_low, r.ci_high, fmt_signed_pct)
         lines.append(
             fmt.format(
                 r.case,
                 f"{r.pool:,}",
                 str(r.candidate)[:28],
-                _pct(r.reduction),
+                fmt_signed_pct(r.reduction),
                 ci,
                 r.n_processes,
                 r.verdict,

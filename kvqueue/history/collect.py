@@ -43,8 +43,6 @@ from kvqueue.sources.fetch import fetch_release
 from kvqueue.sources.index import IndexFile, list_releases
 from kvqueue.versions import is_version, version_key
 
-#: ``run.json`` key of the history record.
-HISTORY_KEY = "history"
 #: Environment variable (Make ``RELEASES``) with the releases to time ('' = all).
 RELEASES_ENV = params.ENV_PREFIX + "RELEASES"
 #: What a history run changes in the bench defaults, unless a value is given. A process
@@ -319,5 +317,5 @@ def run_history(
     found = plan(releases)
     bench = replace(bench, variants=tuple(v.source for v in found.versions))
     checked = params.check(bench)
-    extra = {schema.KIND_KEY: schema.KIND_HISTORY, HISTORY_KEY: found.record()}
+    extra = {schema.KIND_KEY: schema.KIND_HISTORY, schema.HISTORY_KEY: found.record()}
     return runner.run_bench(checked, raw_dir, run_id, extra=extra)

@@ -9,7 +9,7 @@ process (:mod:`kvqueue.policy.worker`) at a time, each writing its rows into
     provenance and check result, the machine, the interpreter, the project state, the
     processes planned and completed, ``files`` (sha256 and rows of ``policy.csv``).
 ``policy.csv``
-    One row per process and policy: ``process`` then :data:`kvqueue.policy.worker.ROW_KEYS`.
+    One row per process and policy: ``process`` then :data:`kvqueue.schema.POLICY_ROW_KEYS`.
 
 After every process ``policy.csv`` and then ``run.json`` are rewritten atomically with
 SIGINT held, so run.json never counts a process whose rows are not on disk; ``status``
@@ -33,11 +33,7 @@ from kvqueue import hostinfo, schema
 from kvqueue.bench import runfiles, runner
 from kvqueue.errors import BenchError, GateRefused
 from kvqueue.params import PolicyParams
-from kvqueue.policy.worker import ROW_KEYS
 
-KIND = "policy"
-POLICY_CSV = "policy.csv"
-COLUMNS = ("process", *ROW_KEYS)
 #: Seed of the invariant check (fixed, like the bench gate's).
 CHECK_SEED = 20261129
 CHECK_TIMEOUT = 600.0
@@ -47,9 +43,14 @@ def rows_text(rows: list[dict[str, Any]]) -> str:
     """``policy.csv`` as text (csv module; floats with 6 decimals)."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
-    out.writerow(COLUMNS)
+    out.writerow(schema.POLICY_COLUMNS)
     for row in rows:
-        out.writerow([f"{row[c]:.6f}" if isinstance(row[c], float) else row[c] for c in COLUMNS])
+        out.writerow(
+            [
+                f"{row[c]:.6f}" if isinstance(row[c], float) else row[c]
+                for c in schema.POLICY_COLUMNS
+            ]
+        )
     return buf.getvalue()
 
 
@@ -78,8 +79,8 @@ class PolicyRunWriter:
         if status:
             self.record["status"] = status
         text = rows_text(self.rows).encode("utf-8")
-        runfiles.write_atomic(self.dir / POLICY_CSV, text)
-        self.record[schema.FILES_KEY][POLICY_CSV] = {
+        runfiles.write_atomic(self.dir / schema.POLICY_CSV, text)
+        self.record[schema.FILES_KEY][schema.POLICY_CSV] = {
             "sha256": runfiles.sha256_bytes(text),
             "rows": len(self.rows),
         }
@@ -153,7 +154,7 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
     check = run_check(p)
     seeds = process_seeds(p.seed, p.processes)
     record: dict[str, Any] = {
-        "kind": KIND,
+        "kind": schema.KIND_POLICY,
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
         "host": p.host,

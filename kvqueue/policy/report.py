@@ -1,342 +1,29 @@
-"""Policy runs → the processed ``policy`` table, its display table, figure and paragraph
-(docs/design.md §12).
+"""The report's allocation-policy section: the processed ``policy`` table -> display
+table, paragraph and figure (docs/design.md §12).
 
-Reading (:func:`read_policy_runs`) is as strict as :mod:`kvqueue.analysis.rawdata`: a malformed
-``run.json`` or ``policy.csv`` is a :class:`kvqueue.analysis.rawdata.RawDataError` (one line
-naming the file); a complete run whose ``policy.csv`` differs from the sha256 and row
-count its ``run.json`` records, or whose rows do not match its plan (processes
-``1..completed`` × every policy, exactly once), is *altered* and left out; so is one
-whose committed folder git reports modified (:func:`with_git_state`).
-
-Statistics, per run and policy, over the run's processes (each its own request stream,
-so its own sample of the workload):
-
-- timing (``ns_per_alloc``, ``ns_per_big_alloc``, ``ns_per_big_block``): the
-  per-process mean ns per allocation (per block of the ≥threshold allocations); the
-  estimate is the median over processes and the interval the project's interpolated
-  order-statistic (Hettmansperger–Sheather) interval of that median, as for bench cells;
-  ``ns_ratio`` / ``big_ns_ratio`` / ``big_block_ns_ratio`` are the same for the paired
-  per-process ratio against ``lru`` (time of the policy / time of lru). The policies
-  do not time the same allocations: eviction order decides which prefixes stay cached,
-  so prefill sizes (and which allocations reach the threshold) differ between policies
-  of one process. Per block removes the size difference to first order, not the
-  per-call overhead, so the per-block ratio is the comparison the report leads with;
-  ``hit_share`` shows how far the allocation sets differ;
-- structural metrics (deterministic per seed): the mean over processes of the
-  per-process value with a Student t interval (``runs_per_big_alloc``, ``share_in_runs``,
-  ``passed_over``, ``rank_excess``, ``scanned``, ``hit_share``); ``runs_reduction`` is
-  the geometric mean over processes of lru's runs per ≥threshold allocation divided by
-  the policy's (the descriptor-count reduction factor), t interval on the log scale.
+Reads the table that :mod:`kvqueue.policy.analyze` computes and shows its headline runs
+(the newest per host × interpreter × variant): one row per policy with every metric as
+"estimate [CI]", a paragraph that reads the trade-off from the numbers, and three panels
+against the window factor.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import json
-import math
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import scipy.stats as sps
 
-from kvqueue import schema
-from kvqueue.analysis import ab, rawdata, stats
-from kvqueue.params import ReportSettings
-from kvqueue.policy import collect as policy_collect
+from kvqueue.formatting import fmt_number_estimate
+from kvqueue.policy.analyze import LRU, TABLE_COLUMNS, policy_order
 
-KIND = "policy"
-POLICY_CSV = "policy.csv"
-LRU = "lru"
-#: ``policy.csv`` header: written by :mod:`kvqueue.policy.collect`, one definition.
-COLUMNS = policy_collect.COLUMNS
-#: Columns of whole numbers: every column but the names and the mean age-rank excess.
-_INT_COLUMNS = tuple(c for c in COLUMNS if c not in ("policy", "window", "big_rank_excess"))
-T_INTERVAL = "student-t"
-LOG_T_INTERVAL = "student-t (log scale)"
-#: metric -> (label, how its interval is formed).
-METRICS: dict[str, tuple[str, str]] = {
-    "runs_per_big_alloc": ("runs per ≥threshold allocation", T_INTERVAL),
-    "runs_reduction": ("descriptor reduction vs lru (×)", LOG_T_INTERVAL),
-    "share_in_runs": ("share of blocks in runs ≥ 2", T_INTERVAL),
-    "ns_per_alloc": ("ns per allocation", stats.ORDER_STATISTIC),
-    "ns_per_big_alloc": ("ns per ≥threshold allocation", stats.ORDER_STATISTIC),
-    "ns_ratio": ("time per allocation / lru's", stats.ORDER_STATISTIC),
-    "big_ns_ratio": ("time per ≥threshold allocation / lru's", stats.ORDER_STATISTIC),
-    "ns_per_big_block": ("ns per block of ≥threshold allocations", stats.ORDER_STATISTIC),
-    "big_block_ns_ratio": (
-        "time per block of ≥threshold allocations / lru's",
-        stats.ORDER_STATISTIC,
-    ),
-    "passed_over": ("older free blocks passed over per ≥threshold allocation", T_INTERVAL),
-    "rank_excess": ("mean age rank taken above popleft_n's, blocks", T_INTERVAL),
-    "scanned": ("blocks searched per ≥threshold allocation", T_INTERVAL),
-    "hit_share": ("prefix-cache hit share of prefill blocks", T_INTERVAL),
-}
-#: Columns of the processed ``policy`` table (:data:`kvqueue.schema.PROCESSED_TABLES`).
-TABLE_COLUMNS = tuple(schema.PROCESSED_TABLES["policy"])
-
-
-# ---------------------------------------------------------------------------------------
-# reading
-
-
-def _fail(path: Path, problem: str) -> rawdata.RawDataError:
-    return rawdata.RawDataError(path, problem)
-
-
-def read_policy_runs(raw_dir: Path | str) -> list[dict[str, Any]]:
-    """Every policy run under ``raw_dir``: ``{path, meta, rows, altered}``.
-
-    ``rows`` is the checked ``policy.csv`` of a complete, unaltered run, else ``None``.
-
-    Raises
-    ------
-    kvqueue.analysis.rawdata.RawDataError
-        A malformed ``run.json`` or ``policy.csv`` (one line naming the file).
-    """
-    root = Path(raw_dir)
-    if not root.is_dir():
-        return []
-    out = []
-    for run_dir in rawdata.run_dirs(root):
-        path = run_dir / schema.RUN_JSON
-        try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not readable as JSON: the bench reader names it
-        if not isinstance(meta, dict) or meta.get("kind") != KIND:
-            continue
-        out.append(read_policy_run(run_dir, meta))
-    return out
-
-
-def read_policy_run(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Check one policy run folder (see :func:`read_policy_runs`)."""
-    path = run_dir / schema.RUN_JSON
-    for key in ("run_id", "host", "status", "parameters", "policies", "python", "variants"):
-        if key not in meta:
-            raise _fail(path, f"missing key {key} (a policy run)")
-    if meta["run_id"] != run_dir.name or meta["host"] != run_dir.parent.name:
-        raise _fail(path, "host/run_id do not match the folder")
-    policies = meta["policies"]
-    if not isinstance(policies, list) or LRU not in policies:
-        raise _fail(path, "policies must be a list holding lru")
-    run = {"path": run_dir, "meta": meta, "rows": None, "altered": None}
-    if meta["status"] != rawdata.COMPLETE:
-        return run
-    csv_path = run_dir / POLICY_CSV
-    if not csv_path.is_file():
-        raise _fail(csv_path, "missing (a complete policy run needs its rows)")
-    data = csv_path.read_bytes()
-    sealed = (meta.get(schema.FILES_KEY) or {}).get(POLICY_CSV) or {}
-    if sealed.get("sha256") != hashlib.sha256(data).hexdigest():
-        run["altered"] = "policy.csv sha256 differs from run.json (edited after the run)"
-        return run
-    lines = list(csv.reader(data.decode("utf-8").splitlines()))
-    if not lines or tuple(lines[0]) != COLUMNS:
-        raise _fail(csv_path, f"header must be {','.join(COLUMNS)}")
-    df = pd.DataFrame(lines[1:], columns=list(COLUMNS))
-    try:
-        for col in _INT_COLUMNS:
-            df[col] = df[col].astype("int64")
-        df["big_rank_excess"] = df["big_rank_excess"].astype(float)
-    except ValueError as exc:
-        raise _fail(csv_path, f"a number does not parse: {exc}") from None
-    if (df[list(_INT_COLUMNS)] < 0).to_numpy().any():
-        raise _fail(csv_path, "counts must not be negative")
-    completed = (meta.get("processes_completed") or {}).get("main")
-    want = {(p, name) for p in range(1, (completed or 0) + 1) for name in policies}
-    got = list(zip(df["process"], df["policy"], strict=True))
-    if sealed.get("rows") != len(df) or set(got) != want or len(got) != len(want):
-        run["altered"] = "policy.csv does not hold every process × policy exactly once"
-        return run
-    if completed != (meta.get("processes_planned") or {}).get("main"):
-        run["altered"] = "complete, but fewer processes than planned"
-        return run
-    run["rows"] = df
-    return run
-
-
-# ---------------------------------------------------------------------------------------
-# statistics
-
-
-def t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
-    """Mean with its Student t interval (NaN bounds below two values)."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if len(x) == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, math.nan, math.nan
-    half = float(sps.t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return mean, mean - half, mean + half
-
-
-def _per_process(df: pd.DataFrame) -> pd.DataFrame:
-    big = df["big_allocations"].replace(0, np.nan)
-    return pd.DataFrame(
-        {
-            "process": df["process"],
-            "policy": df["policy"],
-            "runs_per_big_alloc": df["big_runs"] / big,
-            "share_in_runs": df["big_blocks_in_runs"] / df["big_blocks"].replace(0, np.nan),
-            "ns_per_alloc": df["ns_total"] / df["allocations"].replace(0, np.nan),
-            "ns_per_big_alloc": df["big_ns_total"] / big,
-            "ns_per_big_block": df["big_ns_total"] / df["big_blocks"].replace(0, np.nan),
-            "passed_over": df["big_passed_over"] / big,
-            "rank_excess": df["big_rank_excess"] / big,
-            "scanned": df["big_scanned"] / big,
-            "hit_share": df["hit_blocks"] / df["prefill_blocks"].replace(0, np.nan),
-        }
-    )
-
-
-def run_metrics(rows: pd.DataFrame, confidence: float) -> list[dict[str, Any]]:
-    """One row per (policy, metric) of one run: estimate, interval, method."""
-    per = _per_process(rows)
-    lru = per[per["policy"] == LRU].set_index("process")
-    out = []
-    for name, grp in per.groupby("policy", sort=False):
-        g = grp.set_index("process").loc[lru.index]
-        values: dict[str, tuple[float, float, float]] = {}
-        for metric in ("runs_per_big_alloc", "share_in_runs", "passed_over", "rank_excess"):
-            values[metric] = t_interval(g[metric].to_numpy(), confidence)
-        values["scanned"] = t_interval(g["scanned"].to_numpy(), confidence)
-        values["hit_share"] = t_interval(g["hit_share"].to_numpy(), confidence)
-        log_red = np.log(lru["runs_per_big_alloc"].to_numpy() / g["runs_per_big_alloc"].to_numpy())
-        est, low, high = t_interval(log_red, confidence)
-        values["runs_reduction"] = (math.exp(est), math.exp(low), math.exp(high))
-        for metric in ("ns_per_alloc", "ns_per_big_alloc", "ns_per_big_block"):
-            iv = stats.order_statistic_interval(
-                g[metric].dropna().to_numpy(), confidence=confidence
-            )
-            values[metric] = (iv.estimate, iv.low, iv.high)
-        for metric, col in (
-            ("ns_ratio", "ns_per_alloc"),
-            ("big_ns_ratio", "ns_per_big_alloc"),
-            ("big_block_ns_ratio", "ns_per_big_block"),
-        ):
-            ratio = (g[col] / lru[col]).dropna().to_numpy()
-            iv = stats.order_statistic_interval(ratio, confidence=confidence)
-            values[metric] = (iv.estimate, iv.low, iv.high)
-        for metric, (est, low, high) in values.items():
-            out.append(
-                {
-                    "policy": name,
-                    "n_processes": len(g),
-                    "metric": metric,
-                    "estimate": est,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "ci_method": METRICS[metric][1],
-                }
-            )
-    return out
-
-
-def _interpreter(meta: dict[str, Any]) -> str:
-    py = meta.get("python") or {}
-    return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
-
-
-def with_git_state(
-    runs: list[dict[str, Any]], git_states: Mapping[str, str] | None
-) -> list[dict[str, Any]]:
-    """``runs`` with every complete run whose folder differs from its git commit altered
-    (and its rows dropped), the rule :func:`kvqueue.analysis.ab.with_git_state` applies to
-    bench and history runs: an edited committed run with recomputed digests passes the
-    digest check, and git is the witness."""
-    out = []
-    for run in runs:
-        meta = run["meta"]
-        state = (git_states or {}).get(f"{meta['host']}/{meta['run_id']}")
-        if state == ab.GIT_MODIFIED and run["rows"] is not None:
-            run = {**run, "rows": None, "altered": "raw files differ from their git commit"}
-        out.append(run)
-    return out
-
-
-def analyze(
-    raw_dir: Path | str,
-    settings: ReportSettings | None = None,
-    git_states: Mapping[str, str] | None = None,
-) -> pd.DataFrame:
-    """The processed ``policy`` table: every included policy run, long format
-    (columns :data:`TABLE_COLUMNS`); ``headline`` marks the newest run per host ×
-    interpreter × variant. ``git_states`` (``kvqueue.report.processed.git_states``): a run
-    folder that differs from its commit is left out (:func:`with_git_state`)."""
-    settings = settings or ReportSettings()
-    rows = []
-    newest: dict[tuple[str, str, str], str] = {}
-    for run in with_git_state(read_policy_runs(raw_dir), git_states):
-        if run["rows"] is None:
-            continue
-        meta = run["meta"]
-        variant = str(meta["parameters"].get("variant", meta["variants"][0].get("source")))
-        key = (meta["host"], _interpreter(meta), variant)
-        stamp = f"{meta.get('started_at', '')}|{meta['run_id']}"
-        newest[key] = max(newest.get(key, ""), stamp)
-        windows = dict(zip(run["rows"]["policy"], run["rows"]["window"], strict=True))
-        for r in run_metrics(run["rows"], settings.confidence):
-            rows.append(
-                {
-                    "host": meta["host"],
-                    "interpreter": _interpreter(meta),
-                    "run_id": meta["run_id"],
-                    "variant": variant,
-                    "_stamp": stamp,
-                    "window": "" if r["policy"] == LRU else str(windows[r["policy"]]),
-                    "threshold": int(meta["parameters"].get("threshold", 8)),
-                    **r,
-                }
-            )
-    df = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "_stamp"])
-    if len(df):
-        df["headline"] = [
-            newest[(h, i, v)] == s
-            for h, i, v, s in zip(
-                df["host"], df["interpreter"], df["variant"], df["_stamp"], strict=True
-            )
-        ]
-    df = df.drop(columns="_stamp")
-    order = {name: i for i, name in enumerate(_policy_order(df["policy"]))}
-    metric_order = {m: i for i, m in enumerate(METRICS)}
-    df = df.assign(_p=df["policy"].map(order), _m=df["metric"].map(metric_order))
-    df = df.sort_values(["host", "interpreter", "run_id", "_p", "_m"], kind="stable")
-    return df.drop(columns=["_p", "_m"]).reset_index(drop=True)
-
-
-def _policy_order(names: pd.Series) -> list[str]:
-    def key(name: str) -> tuple[int, float]:
-        if name == LRU:
-            return (0, 0.0)
-        tail = name.removeprefix("contig-")
-        return (1, math.inf if tail == "inf" else float(tail.removeprefix("w")))
-
-    return sorted(set(names), key=key)
-
-
-# ---------------------------------------------------------------------------------------
-# display (the report)
-
-
-def _fmt(x: float, digits: int) -> str:
-    return "n/a" if not np.isfinite(x) else f"{x:,.{digits}f}"
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _cell(row: pd.Series, digits: int, scale: float = 1.0) -> str:
     est, low, high = (row[c] * scale for c in ("estimate", "ci_low", "ci_high"))
-    if not np.isfinite(est):
-        return "n/a"
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return _fmt(est, digits)
-    return f"{_fmt(est, digits)} [{_fmt(low, digits)}, {_fmt(high, digits)}]"
+    return fmt_number_estimate(est, low, high, digits)
 
 
 #: Display columns: (metric, header, decimals, scale).
@@ -355,10 +42,21 @@ _DISPLAY = (
 )
 
 
-def display_table(data: Any) -> pd.DataFrame:
+def display_table(policy: pd.DataFrame) -> pd.DataFrame:
     """Rows host × interpreter × policy of the headline policy runs, one column per
-    metric, each "estimate [CI]"."""
-    df = _headline(data)
+    metric, each "estimate [CI]".
+
+    Parameters
+    ----------
+    policy
+        The processed ``policy`` table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        host, interpreter, variant, policy, window, processes, then one column per metric.
+    """
+    df = _headline(policy)
     if df.empty:
         return pd.DataFrame()
     rows = []
@@ -366,7 +64,7 @@ def display_table(data: Any) -> pd.DataFrame:
         ["host", "interpreter", "variant", "run_id"], sort=True
     ):
         threshold = int(grp["threshold"].iloc[0])
-        for name in _policy_order(grp["policy"]):
+        for name in policy_order(grp["policy"]):
             g = grp[grp["policy"] == name].set_index("metric")
             row = {
                 "host": host,
@@ -383,11 +81,10 @@ def display_table(data: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _headline(data: Any) -> pd.DataFrame:
-    df = getattr(data, "policy", None)
-    if df is None or df.empty:
+def _headline(policy: pd.DataFrame) -> pd.DataFrame:
+    if policy.empty:
         return pd.DataFrame(columns=list(TABLE_COLUMNS))
-    return df[df["headline"].fillna(False).astype(bool)]
+    return policy[policy["headline"].fillna(False).astype(bool)]
 
 
 def _get(grp: pd.DataFrame, name: str, metric: str) -> pd.Series | None:
@@ -395,17 +92,30 @@ def _get(grp: pd.DataFrame, name: str, metric: str) -> pd.Series | None:
     return None if hit.empty else hit.iloc[0]
 
 
-def note(data: Any) -> str:
+def note(policy: pd.DataFrame, confidence: float) -> str:
     """The section's text: what was measured, and a reading of the trade-off, generated
-    from the numbers of the headline policy runs."""
-    df = _headline(data)
+    from the numbers of the headline policy runs.
+
+    Parameters
+    ----------
+    policy
+        The processed ``policy`` table.
+    confidence
+        Confidence level of its intervals (the report's settings).
+
+    Returns
+    -------
+    str
+        Markdown paragraphs.
+    """
+    df = _headline(policy)
     if df.empty:
         return (
             "No policy run found. `make policy HOST=<label>` runs `lru` and the contiguous-run "
             "policy of vLLM PR #55841 at window factors 1, 2, 4, 8 and unbounded on a seeded "
             "serving-like churn workload."
         )
-    ci = f"{round(100 * data.settings.confidence)}% CI"
+    ci = f"{round(100 * confidence)}% CI"
     text = [
         "`lru` is `popleft_n` (vLLM's eviction order); `contig-wK` is the contiguous-run "
         "policy of vLLM PR #55841 (opt-in there), written from its description: for an "
@@ -436,7 +146,7 @@ def note(data: Any) -> str:
 
 
 def _reading(host: str, interp: str, variant: str, grp: pd.DataFrame) -> str:
-    names = [n for n in _policy_order(grp["policy"]) if n != LRU]
+    names = [n for n in policy_order(grp["policy"]) if n != LRU]
     lru_runs = _get(grp, LRU, "runs_per_big_alloc")
     threshold = int(grp["threshold"].iloc[0])
     if lru_runs is None or not names:
@@ -492,15 +202,25 @@ def _reading(host: str, interp: str, variant: str, grp: pd.DataFrame) -> str:
 # figure
 
 
-def figure(data: Any) -> Any:
+def figure(policy: pd.DataFrame) -> Figure:
     """Three panels against the window factor (headline policy runs): runs per
     ≥threshold allocation, time per block of ≥threshold allocations relative to lru,
     older blocks passed over; one line per host × interpreter × variant (one headline
-    run each), error bars the intervals, lru dashed."""
+    run each), error bars the intervals, lru dashed.
+
+    Parameters
+    ----------
+    policy
+        The processed ``policy`` table.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     import seaborn as sns
     from matplotlib.figure import Figure
 
-    df = _headline(data)
+    df = _headline(policy)
     sns.set_theme(style="whitegrid", context="notebook")
     fig = Figure(figsize=(13.0, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
@@ -525,7 +245,7 @@ def figure(data: Any) -> Any:
         ("big_block_ns_ratio", "time per block of ≥T allocations / lru's", True),
         ("passed_over", "older blocks passed over per ≥T allocation", False),
     )
-    windows = [n for n in _policy_order(df["policy"]) if n != LRU]
+    windows = [n for n in policy_order(df["policy"]) if n != LRU]
     xs = {name: i for i, name in enumerate(windows)}
     labels = [n.removeprefix("contig-") for n in windows]
     # One line per headline run: the headline is per host × interpreter × variant, so two

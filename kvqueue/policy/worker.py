@@ -31,35 +31,11 @@ import sys
 import time
 from typing import Any
 
-from kvqueue import child
+from kvqueue import child, schema
 from kvqueue.bench.worker import _LAYOUT_PADDING, heap_padding, load_shuffled, pin_cpu
 from kvqueue.policy import check as policy_check
 from kvqueue.policy import churn, policies
 from kvqueue.sources import loader
-
-#: Columns of one result row, the per-process, per-policy metrics (``policy.csv`` adds
-#: ``process`` in front). Sums, so the analysis can form any ratio of them.
-ROW_KEYS = (
-    "policy",
-    "window",
-    "order_position",
-    "allocations",
-    "blocks",
-    "runs",
-    "big_allocations",
-    "big_blocks",
-    "big_runs",
-    "big_blocks_in_runs",
-    "big_passed_over",
-    "big_rank_excess",
-    "big_scanned",
-    "admitted",
-    "completed",
-    "prefill_blocks",
-    "hit_blocks",
-    "ns_total",
-    "big_ns_total",
-)
 
 
 class _Metrics:
@@ -72,7 +48,7 @@ class _Metrics:
         self.watched = policy_check.WatchedQueue(queue)
         self.plain = policies.get(name, threshold)
         self.window = policies.window_of(name)
-        self.sums = dict.fromkeys(ROW_KEYS[3:13], 0)
+        self.sums = dict.fromkeys(schema.POLICY_ROW_KEYS[3:13], 0)
 
     def __call__(self, n: int) -> list[Any]:
         queue = self.queue
@@ -173,7 +149,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``rows`` (one dict per policy, keys :data:`ROW_KEYS`), pinning info,
+        ``rows`` (one dict per policy, keys :data:`kvqueue.schema.POLICY_ROW_KEYS`), pinning info,
         ``seconds``.
     """
     start = time.perf_counter()
@@ -238,7 +214,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         if gc_enabled:
             gc.enable()
     return {
-        "rows": [{k: rows[name][k] for k in ROW_KEYS} for name in names],
+        "rows": [{k: rows[name][k] for k in schema.POLICY_ROW_KEYS} for name in names],
         **pin,
         "class_sha256": variant.queue_src.sha256,
         "seconds": round(time.perf_counter() - start, 3),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kvqueue import params
 from kvqueue.analysis import rawdata
+from kvqueue.kernel import quiet_kernel_manager_class
 from kvqueue.params import ReportSettings
 from kvqueue.report import figures, processed, writeup
 
@@ -69,8 +70,6 @@ def execute_notebook(
     # papermill's parameter-cell parser warns about every "==" in a value (the version
     # pins in `pairs`) although the parameters are injected correctly.
     logging.getLogger("papermill").setLevel(logging.ERROR)
-    from kvqueue.bench.notebook import quiet_kernel_manager_class
-
     papermill.execute_notebook(
         str(notebook),
         str(executed),

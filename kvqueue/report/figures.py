@@ -20,9 +20,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from kvqueue import schema
 from kvqueue.analysis import ab, stats
+from kvqueue.formatting import ci_header, fmt_pool
 from kvqueue.history import report as history_report
 from kvqueue.policy import report as policy_report
-from kvqueue.report import processed, tables
+from kvqueue.report import processed
+from kvqueue.report.ab_tables import HEADLINE_CASES
 
 DPI = 100
 WIDTH_IN = 13.0
@@ -36,7 +38,7 @@ def _series_label(host: str, interpreter: str) -> str:
 
 
 def _case_pool_label(case: str, pool: int) -> str:
-    return f"{case} · {tables.fmt_pool(pool)}"
+    return f"{case} · {fmt_pool(pool)}"
 
 
 def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
@@ -199,7 +201,7 @@ def forest(
         for k in range(len(cells) - 1):
             for ax in axes:
                 ax.axhline(k + 0.5, color="0.9", lw=0.8, zorder=0)
-        ci = tables.ci_header(data.settings.confidence)
+        ci = ci_header(data.settings.confidence)
         handles, labels = axes[0].get_legend_handles_labels()
         for ax in axes[1:]:
             h, lab = ax.get_legend_handles_labels()
@@ -366,7 +368,7 @@ def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
                 ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
                 ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
-                ax.set_title(f"{_series_label(*ser)} · pool {tables.fmt_pool(pool)}", fontsize=11)
+                ax.set_title(f"{_series_label(*ser)} · pool {fmt_pool(pool)}", fontsize=11)
                 ax.set_xlabel("")
                 ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
         bounds = set(data.variants.loc[data.variants["is_bound"].fillna(False), "label"])
@@ -403,7 +405,7 @@ FIGURES: dict[str, FigureSpec] = {
         "alloc2 and mix at each pool size, one panel per comparison (and per A/A noise "
         "floor, where measured), one colour per interpreter and one marker per host; the "
         "grey band is the no-change band.",
-        lambda data: forest(data, cases=tables.HEADLINE_CASES),
+        lambda data: forest(data, cases=HEADLINE_CASES),
     ),
     "forest_all": FigureSpec(
         "Forest plot of every case",
@@ -430,14 +432,14 @@ FIGURES: dict[str, FigureSpec] = {
         "runs per large allocation, time per large allocation relative to lru (log scale) "
         "and older free blocks passed over; one line per host and interpreter with its "
         "confidence intervals, lru as a dashed line.",
-        policy_report.figure,
+        lambda data: policy_report.figure(data.policy),
     ),
     "history": FigureSpec(
         "ns per cycle across vLLM releases",
         "Line plot per interpreter (rows) and case (columns): median ns per cycle of each "
         "distinct queue version, oldest to newest, labelled by the first release that "
         "shipped it, with 95% intervals; significant steps of 5% or more are labelled.",
-        history_report.figure,
+        lambda data: history_report.figure(data.history, data.history_steps),
     ),
 }
 

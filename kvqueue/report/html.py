@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from kvqueue.report import figures, processed, tables
+from kvqueue.report import figures, frames, processed
 from kvqueue.report.sections import Section
 
 #: Style of the report (shown once, before the first section).
@@ -51,7 +51,7 @@ def section_html(section: Section) -> str:
     if section.note:
         parts.append(f'<div class="kvq-note">{_markdown(section.note)}</div>')
     if section.table is not None:
-        table = tables.to_html(section.table)
+        table = frames.to_html(section.table)
         if section.fold:
             label = section.table_label or section.title
             table = details(table, summary=f"Table: {label} (click to open)")

@@ -12,26 +12,22 @@ import json
 import shlex
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from kvqueue.analysis import ab, stats
-from kvqueue.report import processed, tables
-
-
-def _na(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+from kvqueue.formatting import fmt_pct, is_na
+from kvqueue.report import check_tables, processed
 
 
 def _num(value: object) -> str:
-    if _na(value):
+    if is_na(value):
         return "?"
     f = float(value)  # type: ignore[arg-type]
     return f"{int(f):,}" if f.is_integer() else f"{f:g}"
 
 
 def _words(value: object) -> list[str]:
-    return [] if _na(value) else str(value).split()
+    return [] if is_na(value) else str(value).split()
 
 
 def _and(items: list[str]) -> str:
@@ -49,14 +45,14 @@ def _design_sentence(group: pd.DataFrame) -> str:
     confirm = ", ".join(f"`{c}`" for c in _words(r["confirm_cases"]))
     planned = 0
     for col in ("processes_planned_main", "processes_planned_confirm"):
-        planned += sum(0 if _na(v) else int(v) for v in group[col])
-    pinned = sum(0 if _na(v) else int(v) for v in group["pinned_processes"])
+        planned += sum(0 if is_na(v) else int(v) for v in group[col])
+    pinned = sum(0 if is_na(v) else int(v) for v in group["pinned_processes"])
     seeds = list(dict.fromkeys(str(x) for x in group["run_seed"]))
     text = (
         f"Run{'s' if len(group) > 1 else ''} {ids}: {_num(r['processes'])} fresh worker "
         f"processes timed the cases {cases} on pools of {pools} blocks"
     )
-    if not _na(r["confirm_processes"]) and int(r["confirm_processes"]) > 0 and confirm:
+    if not is_na(r["confirm_processes"]) and int(r["confirm_processes"]) > 0 and confirm:
         text += (
             f", and a confirmation run of {_num(r['confirm_processes'])} further processes "
             f"repeated {confirm}"
@@ -68,14 +64,14 @@ def _design_sentence(group: pd.DataFrame) -> str:
         "shared by all variants), with the order of the variants shuffled in every sample "
         "round"
     )
-    if not _na(r["warmup_ms"]):
+    if not is_na(r["warmup_ms"]):
         text += f", after a {_num(r['warmup_ms'])} ms warm-up"
     text += (
         f"; pools were built before timing; garbage collection during timing: {r['gc']}; "
         f"CPU choice `{r['cpu']}` ({pinned} of {planned} processes pinned to one CPU); "
         f"run seed{'s' if len(seeds) > 1 else ''} {_and(seeds)}."
     )
-    if not _na(r["quick"]) and bool(r["quick"]):
+    if not is_na(r["quick"]) and bool(r["quick"]):
         text += " This was a QUICK smoke run."
     return text
 
@@ -127,7 +123,7 @@ def methods_paragraph(data: processed.Processed) -> str:
         "quick",
     ]
     # Runs with the same design share one sentence (missing values compare equal).
-    key = heads[design_cols].map(lambda v: "" if _na(v) else str(v)).agg("|".join, axis=1)
+    key = heads[design_cols].map(lambda v: "" if is_na(v) else str(v)).agg("|".join, axis=1)
     designs = [_design_sentence(g) for _, g in heads.groupby(key, sort=False)]
     blocks = _and(sorted({f"`{b}`" for b in heads["block_source"].dropna()}))
     ci = f"{s.confidence * 100:g}%"
@@ -165,7 +161,7 @@ def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str],
         (data.variants["host"] == run["host"]) & (data.variants["run_id"] == run["run_id"])
     ]
     v = v.sort_values("position")
-    aa = not _na(run["aa"]) and bool(run["aa"])
+    aa = not is_na(run["aa"]) and bool(run["aa"])
     sources = [
         r.source
         for r in v.itertuples(index=False)
@@ -227,7 +223,7 @@ def reproduce_commands(data: processed.Processed) -> str:
         groups.setdefault(key, []).append((r, args))
     for members in groups.values():
         first, args = members[0]
-        if len(commits) > 1 and not _na(first["commit"]):
+        if len(commits) > 1 and not is_na(first["commit"]):
             lines.append(f"git checkout {first['commit']}")
         runs = ", ".join(str(r["run_id"]) for r, _ in members)
         pythons = ", ".join(str(r["interpreter"]) for r, _ in members)
@@ -277,16 +273,16 @@ def validation_paragraph(data: processed.Processed) -> str:
         )
         if len(half):
             text += (
-                f"; the A/A CI half-widths are {tables.fmt_pct(half.min(), 2)} to "
-                f"{tables.fmt_pct(half.max(), 2)} (median {tables.fmt_pct(half.median(), 2)})"
+                f"; the A/A CI half-widths are {fmt_pct(half.min(), 2)} to "
+                f"{fmt_pct(half.max(), 2)} (median {fmt_pct(half.median(), 2)})"
             )
-        parts.append(f"{text}. {tables.aa_summary(data)}".rstrip())
-    parts.append(f"**Order effect.** {tables.order_summary(data)}")
+        parts.append(f"{text}. {check_tables.aa_summary(data)}".rstrip())
+    parts.append(f"**Order effect.** {check_tables.order_summary(data)}")
     return " ".join(parts)
 
 
 def _unique(values: pd.Series) -> str:
-    seen = list(dict.fromkeys(str(v) for v in values if not _na(v)))
+    seen = list(dict.fromkeys(str(v) for v in values if not is_na(v)))
     return " / ".join(seen) if seen else "not recorded"
 
 
@@ -306,13 +302,13 @@ def environment_lines(data: processed.Processed) -> list[str]:
     heads = data.headline_runs()
     for host, g in heads.groupby("host", sort=True):
         planned = sum(
-            0 if _na(v) else int(v)
+            0 if is_na(v) else int(v)
             for col in ("processes_planned_main", "processes_planned_confirm")
             for v in g[col]
         )
-        pinned = sum(0 if _na(v) else int(v) for v in g["pinned_processes"])
+        pinned = sum(0 if is_na(v) else int(v) for v in g["pinned_processes"])
         dirty = int(g["dirty"].fillna(False).astype(bool).sum())
-        commits = _unique(g["commit"].map(lambda c: str(c)[:12] if not _na(c) else c))
+        commits = _unique(g["commit"].map(lambda c: str(c)[:12] if not is_na(c) else c))
         state = f"{dirty} of {len(g)} runs from a dirty tree" if dirty else "clean tree"
         text = (
             f"- **{host}**: {_unique(g['cpu_model'])}, {_unique(g['cpu_count'])} CPUs, "

@@ -1,8 +1,9 @@
 """The report's structure, defined once: an ordered list of :class:`Section` objects.
 
 Each section holds a heading, a note (Markdown), a display table (from
-:mod:`kvqueue.report.tables`) and/or the name of a figure (from :mod:`kvqueue.report.figures`), plus
-how to show it. Two renderers read the same list:
+:mod:`kvqueue.report.ab_tables`, :mod:`kvqueue.report.check_tables`,
+:mod:`kvqueue.report.provenance` or a question's report module) and/or the name of a
+figure (from :mod:`kvqueue.report.figures`), plus how to show it. Two renderers read the same list:
 
 - :mod:`kvqueue.report.html` displays it in ``notebooks/report.ipynb`` (the HTML report);
 - :mod:`kvqueue.report.writeup` writes it as ``reports/pr-writeup.md`` (the PR description).
@@ -19,10 +20,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvqueue.analysis import stats
+from kvqueue.formatting import ci_header
 from kvqueue.history import report as history_report
 from kvqueue.policy import report as policy_report
-from kvqueue.report import figures, processed, prose, tables
-from kvqueue.report.tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
+from kvqueue.report import ab_tables, check_tables, figures, processed, prose, provenance
+from kvqueue.report.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
 
@@ -43,7 +45,7 @@ class Section:
         Markdown shown under the heading (paragraphs, ``code``, **bold**, bullets,
         fenced code).
     table
-        A display table of :mod:`kvqueue.report.tables`, or ``None``.
+        A display table (a DataFrame of formatted strings), or ``None``.
     table_label
         What the table holds, the line that opens it when it is folded.
     figure
@@ -100,7 +102,7 @@ def intro_note(data: processed.Processed) -> str:
 
 def summary_note(data: processed.Processed) -> str:
     """How to read the summary table."""
-    ci = tables.ci_header(data.settings.confidence)
+    ci = ci_header(data.settings.confidence)
     return (
         "Per comparison, cycle and host: lowest and highest reduction over its interpreters "
         f"and pools, each with its {ci}; verdicts of those cells."
@@ -109,8 +111,8 @@ def summary_note(data: processed.Processed) -> str:
 
 def results_note(data: processed.Processed) -> str:
     """What the compact results table shows, and what one cycle of each case is."""
-    ci = tables.ci_header(data.settings.confidence)
-    present = tables.present_cases(data, "main")
+    ci = ci_header(data.settings.confidence)
+    present = ab_tables.present_cases(data, "main")
     cycles = "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in HEADLINE_CASES if c in present)
     text = f"Reduction [{ci}] and verdict per host × interpreter, pools (blocks) side by side."
     return f"{text} {cycles}." if cycles else text
@@ -124,7 +126,7 @@ def _and_list(items: list[str]) -> str:
 
 def _floor_gap_note(data: processed.Processed) -> str:
     bounds = ", ".join(f"`{b}`" for b in sorted(data.floor_gap["bound"].dropna().unique()))
-    ci = tables.ci_header(data.settings.confidence)
+    ci = ci_header(data.settings.confidence)
     return (
         f"The lower bound ({bounds}: the same operations with every check removed) is a "
         "bound, not a candidate. Gap closed = (m_baseline − m_candidate) / "
@@ -154,7 +156,7 @@ def build(data: processed.Processed) -> list[Section]:
             "summary",
             "Summary",
             note=summary_note(data),
-            table=tables.summary_table(data),
+            table=ab_tables.summary_table(data),
             table_label="Summary",
             summary=True,
         ),
@@ -163,7 +165,7 @@ def build(data: processed.Processed) -> list[Section]:
             "results",
             "Singleton, two-block and mixed cycles",
             note=results_note(data),
-            table=tables.headline_grid(data),
+            table=ab_tables.headline_grid(data),
             table_label="Results per host × interpreter",
         ),
         Section(
@@ -174,14 +176,14 @@ def build(data: processed.Processed) -> list[Section]:
                 "Per cell: baseline ns → candidate ns per cycle (medians over processes of "
                 "the per-process medians) · processes in which the candidate was faster."
             ),
-            table=tables.ns_grid(data),
+            table=ab_tables.ns_grid(data),
             table_label="ns per cycle per host × interpreter",
             fold=True,
             detail=True,
         ),
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
     ]
-    aa = tables.aa_table(data)
+    aa = check_tables.aa_table(data)
     out.append(
         Section(
             "aa",
@@ -213,7 +215,7 @@ def build(data: processed.Processed) -> list[Section]:
                 "marks cells where the CI excludes 0 and the effect is larger than the "
                 "tightest comparison CI half-width of the cell."
             ),
-            table=tables.order_table(data),
+            table=check_tables.order_table(data),
             table_label="Order effect per cell",
             fold=True,
             detail=True,
@@ -225,8 +227,8 @@ def build(data: processed.Processed) -> list[Section]:
             "precision",
             "Precision",
             level=3,
-            note=tables.precision_note(data),
-            table=tables.precision_table(data),
+            note=check_tables.precision_note(data),
+            table=check_tables.precision_table(data),
             table_label="Half-width of every headline cell against its target",
             fold=True,
             detail=True,
@@ -237,13 +239,13 @@ def build(data: processed.Processed) -> list[Section]:
         Section(
             "full",
             "Full results (main phase)",
-            note=tables.headline_note(data),
+            note=ab_tables.headline_note(data),
             detail=True,
             writeup=False,
         )
     )
     for case in HEADLINE_CASES:
-        table = tables.results_table(data, [case])
+        table = ab_tables.results_table(data, [case])
         if table.empty:
             continue
         out.append(
@@ -251,7 +253,7 @@ def build(data: processed.Processed) -> list[Section]:
                 f"case-{case}",
                 CASE_TITLES[case],
                 level=3,
-                note=tables.case_note(case, data),
+                note=ab_tables.case_note(case, data),
                 table=table,
                 table_label=f"{CASE_TITLES[case]}: {len(table)} rows",
                 fold=True,
@@ -259,7 +261,7 @@ def build(data: processed.Processed) -> list[Section]:
                 writeup=False,
             )
         )
-    gap = tables.floor_gap_table(data)
+    gap = ab_tables.floor_gap_table(data)
     if not gap.empty:
         out.append(
             Section(
@@ -273,9 +275,9 @@ def build(data: processed.Processed) -> list[Section]:
                 writeup=False,
             )
         )
-    others = [c for c in tables.present_cases(data, "main") if c not in HEADLINE_CASES]
+    others = [c for c in ab_tables.present_cases(data, "main") if c not in HEADLINE_CASES]
     if others:
-        table = tables.results_table(data, others)
+        table = ab_tables.results_table(data, others)
         out.append(
             Section(
                 "other-cases",
@@ -289,9 +291,9 @@ def build(data: processed.Processed) -> list[Section]:
                 writeup=False,
             )
         )
-    confirm = tables.present_cases(data, "confirm")
+    confirm = ab_tables.present_cases(data, "confirm")
     if confirm:
-        table = tables.results_table(data, confirm, phase="confirm")
+        table = ab_tables.results_table(data, confirm, phase="confirm")
         out.append(
             Section(
                 "confirm",
@@ -316,7 +318,7 @@ def build(data: processed.Processed) -> list[Section]:
             detail=True,
         )
     )
-    ns = tables.ns_table(data)
+    ns = ab_tables.ns_table(data)
     out.append(
         Section(
             "ns",
@@ -329,12 +331,12 @@ def build(data: processed.Processed) -> list[Section]:
             writeup=False,
         )
     )
-    policy_table = policy_report.display_table(data)
+    policy_table = policy_report.display_table(data.policy)
     out.append(
         Section(
             "policy",
             "Allocation policies",
-            note=policy_report.note(data),
+            note=policy_report.note(data.policy, data.settings.confidence),
             table=policy_table if not policy_table.empty else None,
             table_label=f"Policy × window per host × interpreter ({len(policy_table)} rows)",
             figure="policy",  # drawn even without a policy run: it then says so
@@ -342,15 +344,15 @@ def build(data: processed.Processed) -> list[Section]:
             detail=True,
         )
     )
-    history_table = history_report.step_table(data)
+    history_table = history_report.step_table(data.history_steps)
     out.append(
         Section(
             "history",
             "Release history",
-            note=history_report.note(data),
+            note=history_report.note(data.history),
             table=history_table if not history_table.empty else None,
             table_label=f"Release range → change in time "
-            f"[{tables.ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
+            f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
             figure="history",  # a placeholder that says how to make one, when no run
             fold=len(history_table) > 16,
             detail=True,
@@ -362,7 +364,7 @@ def build(data: processed.Processed) -> list[Section]:
             "machines",
             "Machines and interpreters",
             level=3,
-            table=tables.environment_table(data),
+            table=provenance.environment_table(data),
             table_label="Machine and interpreter of every headline run",
             fold=True,
             detail=True,
@@ -377,7 +379,7 @@ def build(data: processed.Processed) -> list[Section]:
                 "full digests (one row per run and variant) are in "
                 "`data/processed/variants.csv`."
             ),
-            table=tables.variants_table(data),
+            table=provenance.variants_table(data),
             table_label="Variants of the headline runs",
             fold=True,
             detail=True,
@@ -387,8 +389,8 @@ def build(data: processed.Processed) -> list[Section]:
         Section(
             "runs",
             "Provenance: every run found",
-            note=tables.runs_note(data),
-            table=tables.runs_table(data),
+            note=provenance.runs_note(data),
+            table=provenance.runs_table(data),
             table_label=f"Runs ({len(data.runs)})",
             fold=True,
             detail=True,

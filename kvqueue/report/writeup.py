@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvqueue.report import figures, processed, sections, tables
+from kvqueue.report import figures, frames, processed, sections
 from kvqueue.report.prose import methods_paragraph, reproduce_commands
 from kvqueue.report.sections import Section
 
@@ -63,7 +63,7 @@ def section_markdown(
         ``<details>`` block whose summary line is the heading, a folded table of another
         section a ``<details>`` block of its own.
     """
-    table = "" if section.table is None else tables.to_markdown(section.table)
+    table = "" if section.table is None else frames.to_markdown(section.table)
     figure = _figure(section, files or {}, rel)
     if section.detail:
         label = f"<b>{section.title}</b>"

@@ -1,0 +1,321 @@
+"""Raw policy runs → the processed ``policy`` table (docs/design.md §12); the report shows
+it through :mod:`kvqueue.policy.report`.
+
+Reading (:func:`read_policy_runs`) is as strict as :mod:`kvqueue.analysis.rawdata`: a malformed
+``run.json`` or ``policy.csv`` is a :class:`kvqueue.analysis.rawdata.RawDataError` (one line
+naming the file); a complete run whose ``policy.csv`` differs from the sha256 and row
+count its ``run.json`` records, or whose rows do not match its plan (processes
+``1..completed`` × every policy, exactly once), is *altered* and left out; so is one
+whose committed folder git reports modified (:func:`with_git_state`).
+
+Statistics, per run and policy, over the run's processes (each its own request stream,
+so its own sample of the workload):
+
+- timing (``ns_per_alloc``, ``ns_per_big_alloc``, ``ns_per_big_block``): the
+  per-process mean ns per allocation (per block of the ≥threshold allocations); the
+  estimate is the median over processes and the interval the project's interpolated
+  order-statistic (Hettmansperger–Sheather) interval of that median, as for bench cells;
+  ``ns_ratio`` / ``big_ns_ratio`` / ``big_block_ns_ratio`` are the same for the paired
+  per-process ratio against ``lru`` (time of the policy / time of lru). The policies
+  do not time the same allocations: eviction order decides which prefixes stay cached,
+  so prefill sizes (and which allocations reach the threshold) differ between policies
+  of one process. Per block removes the size difference to first order, not the
+  per-call overhead, so the per-block ratio is the comparison the report leads with;
+  ``hit_share`` shows how far the allocation sets differ;
+- structural metrics (deterministic per seed): the mean over processes of the
+  per-process value with a Student t interval (``runs_per_big_alloc``, ``share_in_runs``,
+  ``passed_over``, ``rank_excess``, ``scanned``, ``hit_share``); ``runs_reduction`` is
+  the geometric mean over processes of lru's runs per ≥threshold allocation divided by
+  the policy's (the descriptor-count reduction factor), t interval on the log scale.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.stats as sps
+
+from kvqueue import schema
+from kvqueue.analysis import ab, rawdata, stats
+from kvqueue.params import ReportSettings
+
+LRU = "lru"
+#: Columns of whole numbers: every column but the names and the mean age-rank excess.
+_INT_COLUMNS = tuple(
+    c for c in schema.POLICY_COLUMNS if c not in ("policy", "window", "big_rank_excess")
+)
+T_INTERVAL = "student-t"
+LOG_T_INTERVAL = "student-t (log scale)"
+#: metric -> (label, how its interval is formed).
+METRICS: dict[str, tuple[str, str]] = {
+    "runs_per_big_alloc": ("runs per ≥threshold allocation", T_INTERVAL),
+    "runs_reduction": ("descriptor reduction vs lru (×)", LOG_T_INTERVAL),
+    "share_in_runs": ("share of blocks in runs ≥ 2", T_INTERVAL),
+    "ns_per_alloc": ("ns per allocation", stats.ORDER_STATISTIC),
+    "ns_per_big_alloc": ("ns per ≥threshold allocation", stats.ORDER_STATISTIC),
+    "ns_ratio": ("time per allocation / lru's", stats.ORDER_STATISTIC),
+    "big_ns_ratio": ("time per ≥threshold allocation / lru's", stats.ORDER_STATISTIC),
+    "ns_per_big_block": ("ns per block of ≥threshold allocations", stats.ORDER_STATISTIC),
+    "big_block_ns_ratio": (
+        "time per block of ≥threshold allocations / lru's",
+        stats.ORDER_STATISTIC,
+    ),
+    "passed_over": ("older free blocks passed over per ≥threshold allocation", T_INTERVAL),
+    "rank_excess": ("mean age rank taken above popleft_n's, blocks", T_INTERVAL),
+    "scanned": ("blocks searched per ≥threshold allocation", T_INTERVAL),
+    "hit_share": ("prefix-cache hit share of prefill blocks", T_INTERVAL),
+}
+#: Columns of the processed ``policy`` table (:data:`kvqueue.schema.PROCESSED_TABLES`).
+TABLE_COLUMNS = tuple(schema.PROCESSED_TABLES["policy"])
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+
+def _fail(path: Path, problem: str) -> rawdata.RawDataError:
+    return rawdata.RawDataError(path, problem)
+
+
+def read_policy_runs(raw_dir: Path | str) -> list[dict[str, Any]]:
+    """Every policy run under ``raw_dir``: ``{path, meta, rows, altered}``.
+
+    ``rows`` is the checked ``policy.csv`` of a complete, unaltered run, else ``None``.
+
+    Raises
+    ------
+    kvqueue.analysis.rawdata.RawDataError
+        A malformed ``run.json`` or ``policy.csv`` (one line naming the file).
+    """
+    root = Path(raw_dir)
+    if not root.is_dir():
+        return []
+    out = []
+    for run_dir in rawdata.run_dirs(root):
+        path = run_dir / schema.RUN_JSON
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not readable as JSON: the bench reader names it
+        if not isinstance(meta, dict) or meta.get(schema.KIND_KEY) != schema.KIND_POLICY:
+            continue
+        out.append(read_policy_run(run_dir, meta))
+    return out
+
+
+def read_policy_run(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Check one policy run folder (see :func:`read_policy_runs`)."""
+    path = run_dir / schema.RUN_JSON
+    for key in ("run_id", "host", "status", "parameters", "policies", "python", "variants"):
+        if key not in meta:
+            raise _fail(path, f"missing key {key} (a policy run)")
+    if meta["run_id"] != run_dir.name or meta["host"] != run_dir.parent.name:
+        raise _fail(path, "host/run_id do not match the folder")
+    policies = meta["policies"]
+    if not isinstance(policies, list) or LRU not in policies:
+        raise _fail(path, "policies must be a list holding lru")
+    run = {"path": run_dir, "meta": meta, "rows": None, "altered": None}
+    if meta["status"] != rawdata.COMPLETE:
+        return run
+    csv_path = run_dir / schema.POLICY_CSV
+    if not csv_path.is_file():
+        raise _fail(csv_path, "missing (a complete policy run needs its rows)")
+    data = csv_path.read_bytes()
+    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.POLICY_CSV) or {}
+    if sealed.get("sha256") != hashlib.sha256(data).hexdigest():
+        run["altered"] = "policy.csv sha256 differs from run.json (edited after the run)"
+        return run
+    lines = list(csv.reader(data.decode("utf-8").splitlines()))
+    if not lines or tuple(lines[0]) != schema.POLICY_COLUMNS:
+        raise _fail(csv_path, f"header must be {','.join(schema.POLICY_COLUMNS)}")
+    df = pd.DataFrame(lines[1:], columns=list(schema.POLICY_COLUMNS))
+    try:
+        for col in _INT_COLUMNS:
+            df[col] = df[col].astype("int64")
+        df["big_rank_excess"] = df["big_rank_excess"].astype(float)
+    except ValueError as exc:
+        raise _fail(csv_path, f"a number does not parse: {exc}") from None
+    if (df[list(_INT_COLUMNS)] < 0).to_numpy().any():
+        raise _fail(csv_path, "counts must not be negative")
+    completed = (meta.get("processes_completed") or {}).get("main")
+    want = {(p, name) for p in range(1, (completed or 0) + 1) for name in policies}
+    got = list(zip(df["process"], df["policy"], strict=True))
+    if sealed.get("rows") != len(df) or set(got) != want or len(got) != len(want):
+        run["altered"] = "policy.csv does not hold every process × policy exactly once"
+        return run
+    if completed != (meta.get("processes_planned") or {}).get("main"):
+        run["altered"] = "complete, but fewer processes than planned"
+        return run
+    run["rows"] = df
+    return run
+
+
+# ---------------------------------------------------------------------------------------
+# statistics
+
+
+def t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """Mean with its Student t interval (NaN bounds below two values)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(sps.t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def _per_process(df: pd.DataFrame) -> pd.DataFrame:
+    big = df["big_allocations"].replace(0, np.nan)
+    return pd.DataFrame(
+        {
+            "process": df["process"],
+            "policy": df["policy"],
+            "runs_per_big_alloc": df["big_runs"] / big,
+            "share_in_runs": df["big_blocks_in_runs"] / df["big_blocks"].replace(0, np.nan),
+            "ns_per_alloc": df["ns_total"] / df["allocations"].replace(0, np.nan),
+            "ns_per_big_alloc": df["big_ns_total"] / big,
+            "ns_per_big_block": df["big_ns_total"] / df["big_blocks"].replace(0, np.nan),
+            "passed_over": df["big_passed_over"] / big,
+            "rank_excess": df["big_rank_excess"] / big,
+            "scanned": df["big_scanned"] / big,
+            "hit_share": df["hit_blocks"] / df["prefill_blocks"].replace(0, np.nan),
+        }
+    )
+
+
+def run_metrics(rows: pd.DataFrame, confidence: float) -> list[dict[str, Any]]:
+    """One row per (policy, metric) of one run: estimate, interval, method."""
+    per = _per_process(rows)
+    lru = per[per["policy"] == LRU].set_index("process")
+    out = []
+    for name, grp in per.groupby("policy", sort=False):
+        g = grp.set_index("process").loc[lru.index]
+        values: dict[str, tuple[float, float, float]] = {}
+        for metric in ("runs_per_big_alloc", "share_in_runs", "passed_over", "rank_excess"):
+            values[metric] = t_interval(g[metric].to_numpy(), confidence)
+        values["scanned"] = t_interval(g["scanned"].to_numpy(), confidence)
+        values["hit_share"] = t_interval(g["hit_share"].to_numpy(), confidence)
+        log_red = np.log(lru["runs_per_big_alloc"].to_numpy() / g["runs_per_big_alloc"].to_numpy())
+        est, low, high = t_interval(log_red, confidence)
+        values["runs_reduction"] = (math.exp(est), math.exp(low), math.exp(high))
+        for metric in ("ns_per_alloc", "ns_per_big_alloc", "ns_per_big_block"):
+            iv = stats.order_statistic_interval(
+                g[metric].dropna().to_numpy(), confidence=confidence
+            )
+            values[metric] = (iv.estimate, iv.low, iv.high)
+        for metric, col in (
+            ("ns_ratio", "ns_per_alloc"),
+            ("big_ns_ratio", "ns_per_big_alloc"),
+            ("big_block_ns_ratio", "ns_per_big_block"),
+        ):
+            ratio = (g[col] / lru[col]).dropna().to_numpy()
+            iv = stats.order_statistic_interval(ratio, confidence=confidence)
+            values[metric] = (iv.estimate, iv.low, iv.high)
+        for metric, (est, low, high) in values.items():
+            out.append(
+                {
+                    "policy": name,
+                    "n_processes": len(g),
+                    "metric": metric,
+                    "estimate": est,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "ci_method": METRICS[metric][1],
+                }
+            )
+    return out
+
+
+def _interpreter(meta: dict[str, Any]) -> str:
+    py = meta.get("python") or {}
+    return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
+
+
+def with_git_state(
+    runs: list[dict[str, Any]], git_states: Mapping[str, str] | None
+) -> list[dict[str, Any]]:
+    """``runs`` with every complete run whose folder differs from its git commit altered
+    (and its rows dropped), the rule :func:`kvqueue.analysis.ab.with_git_state` applies to
+    bench and history runs: an edited committed run with recomputed digests passes the
+    digest check, and git is the witness."""
+    out = []
+    for run in runs:
+        meta = run["meta"]
+        state = (git_states or {}).get(f"{meta['host']}/{meta['run_id']}")
+        if state == ab.GIT_MODIFIED and run["rows"] is not None:
+            run = {**run, "rows": None, "altered": "raw files differ from their git commit"}
+        out.append(run)
+    return out
+
+
+def analyze(
+    raw_dir: Path | str,
+    settings: ReportSettings | None = None,
+    git_states: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """The processed ``policy`` table: every included policy run, long format
+    (columns :data:`TABLE_COLUMNS`); ``headline`` marks the newest run per host ×
+    interpreter × variant. ``git_states`` (``kvqueue.report.processed.git_states``): a run
+    folder that differs from its commit is left out (:func:`with_git_state`)."""
+    settings = settings or ReportSettings()
+    rows = []
+    newest: dict[tuple[str, str, str], str] = {}
+    for run in with_git_state(read_policy_runs(raw_dir), git_states):
+        if run["rows"] is None:
+            continue
+        meta = run["meta"]
+        variant = str(meta["parameters"].get("variant", meta["variants"][0].get("source")))
+        key = (meta["host"], _interpreter(meta), variant)
+        stamp = f"{meta.get('started_at', '')}|{meta['run_id']}"
+        newest[key] = max(newest.get(key, ""), stamp)
+        windows = dict(zip(run["rows"]["policy"], run["rows"]["window"], strict=True))
+        for r in run_metrics(run["rows"], settings.confidence):
+            rows.append(
+                {
+                    "host": meta["host"],
+                    "interpreter": _interpreter(meta),
+                    "run_id": meta["run_id"],
+                    "variant": variant,
+                    "_stamp": stamp,
+                    "window": "" if r["policy"] == LRU else str(windows[r["policy"]]),
+                    "threshold": int(meta["parameters"].get("threshold", 8)),
+                    **r,
+                }
+            )
+    df = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "_stamp"])
+    if len(df):
+        df["headline"] = [
+            newest[(h, i, v)] == s
+            for h, i, v, s in zip(
+                df["host"], df["interpreter"], df["variant"], df["_stamp"], strict=True
+            )
+        ]
+    df = df.drop(columns="_stamp")
+    order = {name: i for i, name in enumerate(policy_order(df["policy"]))}
+    metric_order = {m: i for i, m in enumerate(METRICS)}
+    df = df.assign(_p=df["policy"].map(order), _m=df["metric"].map(metric_order))
+    df = df.sort_values(["host", "interpreter", "run_id", "_p", "_m"], kind="stable")
+    return df.drop(columns=["_p", "_m"]).reset_index(drop=True)
+
+
+def policy_order(names: pd.Series) -> list[str]:
+    """Policy names in display order: ``lru``, then the windows ascending, ``inf`` last."""
+
+    def key(name: str) -> tuple[int, float]:
+        if name == LRU:
+            return (0, 0.0)
+        tail = name.removeprefix("contig-")
+        return (1, math.inf if tail == "inf" else float(tail.removeprefix("w")))
+
+    return sorted(set(names), key=key)
