@@ -405,7 +405,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         )
         raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
         checked, info = params.check_policy(params.policy_from_text(texts))
-        run_id = schema.new_run_id(info["tag"])
+        run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
         policy_collect.run_policy(checked, info, raw_dir, run_id)
     except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
         return _exit_status("make policy", exc)

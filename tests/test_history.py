@@ -9,6 +9,7 @@ needs the network or contains vLLM text.
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,64 @@ def test_make_history_budgets_the_whole_command(monkeypatch, tmp_path):
     before = time.time()
     assert cli._cmd_history(args) == 0
     assert len(seen) == 1 and before <= float(seen[0]) <= time.time()
+
+
+def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
+    releases, monkeypatch, tmp_path
+):
+    """The runner receives the history's kind (kvqueue.bench.runner.RunKind) and knows
+    nothing else of it: gate and workers faked, the run folder says what it is."""
+    import json
+
+    from kvqueue import schema
+    from kvqueue.bench import runner
+
+    listing, _ = releases
+    found = history_collect.plan(listing=listing, progress=io.StringIO())
+    monkeypatch.setattr(history_collect, "plan", lambda releases=None: found)
+    python = {"executable": "python3", "version": "3.11.7", "tag": "cpython-311"}
+    monkeypatch.setattr(params, "check", lambda bench: params.Checked(bench, python))
+    monkeypatch.setenv("KVQUEUE_LOCK_FILE", str(tmp_path / "lock"))
+    monkeypatch.delenv(params.BUDGET_START_ENV, raising=False)
+    gate_calls = []
+
+    def gate(p, invalid="refuse"):
+        gate_calls.append(invalid)
+        return [
+            {
+                "ok": True,
+                "label": lab,
+                "sha256": lab,
+                "provenance": {"label": lab, "block_class_sha256": lab},
+            }
+            for lab in p.labels
+        ]
+
+    def process(p, phase, number, seed, expected, expected_block=None):
+        rows = [
+            [case, pool, lab, 0, pos, 1, 1, 100 + pos, 100.0 + pos + number % 2, 0]
+            for case in p.cases
+            for pool in p.pools
+            for pos, lab in enumerate(p.labels)
+        ]
+        return {"rows": rows, "cpu": 0, "pinned": True, "note": "", "seconds": 0.1, "loops": {}}
+
+    monkeypatch.setattr(runner, "run_gate", gate)
+    monkeypatch.setattr(runner, "run_process", process)
+    bench = history_collect.history_params(
+        {"host": "box", "processes": "3", "max_processes": "4", "max_minutes": "60"}
+    )
+    run_dir = history_collect.run_history(bench, None, tmp_path / "raw")
+    assert gate_calls == ["record"]
+    assert run_dir.name.split("-")[1:3] == ["history", "cp311"]
+    record = json.loads((run_dir / schema.RUN_JSON).read_text(encoding="utf-8"))
+    keys = list(record)
+    assert keys[keys.index("process_info") + 1 : keys.index("process_info") + 3] == [
+        "kind",
+        "history",
+    ]
+    assert record["run_id"] == run_dir.name and record["status"] == "complete"
+    labels = [v["label"] for v in record["history"]["versions"]]
+    steps = {f"{new} vs {old}" for new, old in itertools.pairwise(labels)}
+    sized = {key.split(" ", 1)[1] for key in record["sizing"]["required"]}
+    assert sized == steps and record["sizing"]["cases"] == list(bench.cases)

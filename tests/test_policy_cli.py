@@ -16,6 +16,7 @@ import pytest
 
 from kvqueue import __main__ as cli
 from kvqueue import child, params, schema
+from kvqueue.bench import runfiles
 from kvqueue.params import ReportSettings
 from kvqueue.policy import analyze as policy_analyze
 from kvqueue.policy import collect as policy_collect
@@ -206,7 +207,7 @@ def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Pat
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = policy_collect.PolicyRunWriter(raw / "h" / run_id, record)
+    writer = runfiles.RunWriter(raw / "h" / run_id, record, policy_collect.POLICY_TABLE)
     for k in range(1, processes + 1):
         # contig takes 1.5x the blocks per >= 8 allocation of lru (other prefix hits) in
         # 1.2x the time: slower per allocation, faster per block.
@@ -215,7 +216,7 @@ def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Pat
             _row("contig-w1", "1", k, 1200, 96_000),
             _row("contig-inf", "inf", k, 1200, 120_000),
         ]
-        writer.add_process(k, rows, {"process": k})
+        writer.add_process("main", k, rows, {"process": k})
     writer.save("complete")
     return writer.dir
 

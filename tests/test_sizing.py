@@ -12,6 +12,7 @@ from scipy import stats as sps
 from kvqueue import params
 from kvqueue.analysis import rawdata
 from kvqueue.bench import runner, sizing
+from kvqueue.history import sizing as history_sizing
 
 
 @pytest.mark.parametrize("df", [3, 5, 10, 20, 40, 100])
@@ -173,12 +174,15 @@ def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
         "history": {"versions": [{"label": "c"}, {"label": "b"}, {"label": "a"}]},
         "parameters": {"cases": ["alloc1", "alloc8"]},
     }
-    pairs, cases = runner.history_sizing(record)
+    pairs, cases = history_sizing.sizing_targets(record)
     assert pairs == (("c", "b"), ("b", "a")) and cases == ("alloc1", "alloc8")
-    assert runner.history_sizing({"parameters": {"cases": ["alloc8"]}}) == (
+    assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8"]}}) == (
         params.DEFAULT_PAIRS,
         sizing.HEADLINE_CASES,
     )
+    # The runner sniffs no kind: a bench run is sized for the bench's targets whatever
+    # its record says; a history passes its own (kvqueue.history.collect.run_history).
+    assert runner.BENCH.sizing_targets(record) == (params.DEFAULT_PAIRS, sizing.HEADLINE_CASES)
     rows = []
     for pr in range(1, 12):
         for variant, ns in (("c", 50.0 + pr), ("b", 80.0), ("a", 100.0)):

@@ -1,12 +1,14 @@
 """Write one run folder ``data/raw/<host>/<run-id>/``: created once, rewritten atomically,
 sealed with the sha256 of its files (format: :mod:`kvqueue.schema`).
 
-Both writers of a run folder use this module: the runner (``run.json`` and
-``samples.csv`` after every process) and ``notebook_run`` (the executed
-``bench.ipynb``, copied in when the notebook ends). Every rewrite of ``run.json``
-records the sha256 and row count of the ``samples.csv`` written just before it, and the
-notebook's sha256 once it is filed, so that the report can tell an edited, cut or
-padded raw file from the one the run wrote. Standard library only.
+Every writer of a run folder uses this module: the runner of bench and history runs
+(``run.json`` and ``samples.csv`` after every process), the policy run (``run.json``
+and ``policy.csv``: the kind's data file is a :class:`RunTable`) and ``notebook_run``
+(the executed ``bench.ipynb``, copied in when the notebook ends). Every rewrite of
+``run.json`` records the sha256 and row count of the data file written just before it,
+and the notebook's sha256 once it is filed, so that the report can tell an edited, cut
+or padded raw file from the one the run wrote. Every kind's first ``run.json`` is built
+here too (:func:`start_record`). Standard library only.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvqueue import hostinfo, schema
+from kvqueue.errors import BenchError
 
 
 def now() -> str:
@@ -76,6 +80,34 @@ def samples_text(rows: list[list[Any]]) -> str:
     return buf.getvalue()
 
 
+def sample_row(process: int, phase: str, row: Sequence[Any]) -> list[Any]:
+    """One ``samples.csv`` row: a worker's sample row after its process and phase."""
+    return [process, phase, *row]
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """The data file of a run folder: the part of a run folder that depends on its kind.
+
+    Attributes
+    ----------
+    name
+        The file's name in the run folder (``samples.csv``, ``policy.csv``).
+    text
+        File rows -> the file's text (header included).
+    row
+        ``(process, phase, worker row)`` -> one file row.
+    """
+
+    name: str
+    text: Callable[[list[Any]], str]
+    row: Callable[[int, str, Any], Any]
+
+
+#: ``samples.csv``: the data file of bench and history runs.
+SAMPLES = RunTable(schema.SAMPLES_CSV, samples_text, sample_row)
+
+
 class RunWriter:
     """Owns one run folder: creates it once, then rewrites its files atomically.
 
@@ -85,6 +117,8 @@ class RunWriter:
         The folder to create; it must not exist (a run folder is never reused).
     record
         The ``run.json`` object; this writer keeps its ``files`` entry up to date.
+    table
+        The run's data file (:data:`SAMPLES`, or a policy run's ``policy.csv``).
 
     Raises
     ------
@@ -92,37 +126,107 @@ class RunWriter:
         The folder exists already (another run took the id).
     """
 
-    def __init__(self, run_dir: Path, record: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, record: dict[str, Any], table: RunTable) -> None:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(exist_ok=False)
         self.dir = run_dir
         self.record = record
+        self.table = table
         self.record.setdefault(schema.FILES_KEY, {})
-        self.rows: list[list[Any]] = []
+        self.rows: list[Any] = []
         self.save()
 
-    def add_process(self, phase: str, process: int, rows: list[list[Any]], info: dict) -> None:
-        """Append one finished process's samples and count it, as one atomic step."""
+    def add_process(self, phase: str, process: int, rows: list[Any], info: dict) -> None:
+        """Append one finished process's rows and count it, as one atomic step."""
         # Ctrl-C between these updates would let the interrupt handler save rows of a
         # process that run.json does not count: hold SIGINT until both are on disk.
         with sigint_held():
-            self.rows.extend([process, phase, *row] for row in rows)
+            self.rows.extend(self.table.row(process, phase, row) for row in rows)
             self.record["processes_completed"][phase] += 1
             self.record["process_info"].append(info)
             self.save()
 
     def save(self, status: str | None = None) -> None:
-        """Rewrite ``samples.csv``, then ``run.json`` with its digest (and ``status``)."""
+        """Rewrite the data file, then ``run.json`` with its digest (and ``status``)."""
         if status:
             self.record["status"] = status
-        # samples first: run.json must never count a process whose samples are not on disk.
-        text = samples_text(self.rows).encode("utf-8")
-        write_atomic(self.dir / schema.SAMPLES_CSV, text)
-        self.record[schema.FILES_KEY][schema.SAMPLES_CSV] = {
+        # Rows first: run.json must never count a process whose rows are not on disk.
+        text = self.table.text(self.rows).encode("utf-8")
+        write_atomic(self.dir / self.table.name, text)
+        self.record[schema.FILES_KEY][self.table.name] = {
             "sha256": sha256_bytes(text),
             "rows": len(self.rows),
         }
         write_run_json(self.dir, self.record)
+
+
+def start_record(
+    kind: str,
+    run_id: str,
+    host: str,
+    *,
+    python: Mapping[str, Any],
+    baseline: str,
+    variants: Sequence[Mapping[str, Any]],
+    parameters: Mapping[str, Any],
+    launcher_pid: int,
+    seeds: Mapping[str, Any],
+    processes_planned: Mapping[str, int],
+    extra: Mapping[str, Any] | None = None,
+) -> schema.RunRecord:
+    """The record a run of any kind starts with: status ``running``, started now, on this
+    machine, at the project's current state.
+
+    Parameters
+    ----------
+    kind
+        What the run measures (:data:`kvqueue.schema.RUN_KINDS`).
+    run_id, host
+        The run folder's name and host label.
+    python
+        The measured interpreter's identity.
+    baseline, variants
+        The baseline's label; every variant's provenance and check result.
+    parameters
+        The run's parameters as recorded.
+    launcher_pid
+        The process that started the run (the CLI, when a notebook runs it).
+    seeds, processes_planned
+        The run's seeds; the processes planned per phase.
+    extra
+        The kind's own ``run.json`` keys (:attr:`kvqueue.schema.RunRecord.extra`).
+    """
+    return schema.RunRecord(
+        kind=kind,
+        run_id=run_id,
+        host=host,
+        started_at=now(),
+        machine=hostinfo.machine_info(),
+        python=python,
+        baseline=baseline,
+        variants=variants,
+        parameters=parameters,
+        launcher={"pid": launcher_pid},
+        seeds=seeds,
+        project=hostinfo.project_info(),
+        processes_planned=processes_planned,
+        extra=dict(extra or {}),
+    )
+
+
+def create_run(raw_dir: Path, record: schema.RunRecord, table: RunTable) -> RunWriter:
+    """Create the run folder of ``record`` under ``raw_dir`` and write its first files.
+
+    Raises
+    ------
+    BenchError
+        The folder exists already: nothing was written.
+    """
+    run_dir = schema.run_path(raw_dir, record.host, record.run_id)
+    try:
+        return RunWriter(run_dir, record.as_dict(), table)
+    except FileExistsError:
+        raise BenchError(f"run folder {run_dir} exists already; nothing was written") from None
 
 
 @contextlib.contextmanager
@@ -152,7 +256,7 @@ def closing_run(writer: RunWriter, interrupted: str) -> Iterator[None]:
 
 def write_run_json(run_dir: Path, record: dict[str, Any]) -> None:
     """Write ``run.json`` atomically."""
-    write_atomic(run_dir / schema.RUN_JSON, json.dumps(record, indent=2) + "\n")
+    write_atomic(run_dir / schema.RUN_JSON, schema.run_json_text(record))
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:

@@ -17,7 +17,6 @@ The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import random
@@ -25,7 +24,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,45 @@ WORKER_SECONDS_BASE = 120.0
 #: One bench at a time per machine: a second timing job on these 2-vCPU VMs slows a
 #: pinned benchmark by up to a third, and both runs would be recorded as complete.
 LOCK_ENV = "KVQUEUE_LOCK_FILE"
+
+#: The comparisons and cases a run is sized for: (candidate, baseline) pairs and cases.
+SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+def bench_sizing_targets(record: Mapping[str, Any]) -> SizingTargets:
+    """What a bench run is sized for: :data:`~kvqueue.params.DEFAULT_PAIRS` on the
+    headline cases (:data:`kvqueue.bench.sizing.HEADLINE_CASES`), whatever ``record``."""
+    return DEFAULT_PAIRS, sizing.HEADLINE_CASES
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """What the runner needs to know of the question a run of the paired protocol answers.
+
+    The default is a bench run; a release history (:mod:`kvqueue.history.collect`) gives
+    its own. The runner itself knows no kind but through this.
+
+    Attributes
+    ----------
+    kind
+        ``run.json``'s kind (:data:`kvqueue.schema.RUN_KINDS`); it names new run folders.
+    record
+        The kind's own ``run.json`` keys (:attr:`kvqueue.schema.RunRecord.extra`).
+    invalid_ops
+        The gate's handling of a difference on invalid use: ``refuse`` or ``record``.
+    sizing_targets
+        ``run.json`` record after the pilot -> the pairs and cases the second stage is
+        sized for (:func:`kvqueue.bench.sizing.size_run`).
+    """
+
+    kind: str = schema.KIND_BENCH
+    record: Mapping[str, Any] = field(default_factory=dict)
+    invalid_ops: str = "refuse"
+    sizing_targets: Callable[[Mapping[str, Any]], SizingTargets] = bench_sizing_targets
+
+
+#: A bench run (``make bench``).
+BENCH = RunKind()
 
 
 def _worker_env() -> dict[str, str]:
@@ -239,7 +278,7 @@ def process_plan(params: BenchParams, main: int | None = None) -> list[tuple[str
 
 
 def _size_after_pilot(
-    params: BenchParams, writer: RunWriter, seconds_spent: float
+    params: BenchParams, writer: RunWriter, seconds_spent: float, kind: RunKind
 ) -> sizing.Sizing:
     """Decide the main-phase size from the pilot's samples (see :mod:`kvqueue.bench.sizing`)."""
     info = [p for p in writer.record["process_info"] if p["phase"] == "main"]
@@ -247,7 +286,7 @@ def _size_after_pilot(
     # A confirmation process times fewer cases: scale its expected time by that share.
     share = len(phase_cases(params, "confirm")) / max(1, len(params.cases))
     bounds = [v["label"] for v in writer.record["variants"] if v.get("is_bound")]
-    pairs, cases = history_sizing(writer.record)
+    pairs, cases = kind.sizing_targets(writer.record)
     return sizing.size_run(
         writer.rows,
         params.labels,
@@ -262,24 +301,6 @@ def _size_after_pilot(
         pairs=pairs,
         cases=cases,
     )
-
-
-def history_sizing(
-    record: dict[str, Any],
-) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """The (candidate, baseline) pairs and cases a run is sized for.
-
-    A bench run: :data:`~kvqueue.params.DEFAULT_PAIRS` on the headline cases. A release
-    history (``kind: "history"``): each version against its predecessor (newer, older),
-    the pairing of the report's step table, on every case it times; with the bench
-    pairs it would fall back to each version against the newest.
-    """
-    versions = (record.get("history") or {}).get("versions") or []
-    if record.get(schema.KIND_KEY) != schema.KIND_HISTORY or len(versions) < 2:
-        return DEFAULT_PAIRS, sizing.HEADLINE_CASES
-    labels = [v["label"] for v in versions]  # newest first
-    pairs = tuple(itertools.pairwise(labels))
-    return pairs, tuple(record["parameters"]["cases"])
 
 
 def _seconds_since_launch(now: float | None = None) -> float:
@@ -306,7 +327,7 @@ def run_bench(
     raw_dir: Path = RAW_DIR,
     run_id: str | None = None,
     launcher_pid: int | None = None,
-    extra: dict[str, Any] | None = None,
+    kind: RunKind = BENCH,
 ) -> Path:
     """Run the whole protocol for one interpreter and return the run folder.
 
@@ -323,9 +344,9 @@ def run_bench(
         The process that launched this run (the CLI, when the notebook runs it; default:
         this process). Recorded, so that the launcher files its notebook only into a
         folder that its own run created.
-    extra
-        More run.json keys, written with the first record: ``kind`` and ``history``
-        for a release-history run (:mod:`kvqueue.history.collect`); None for a bench run.
+    kind
+        What the run is for (its ``run.json`` kind and keys, the gate's handling of
+        invalid use, what the second stage is sized for); a bench run by default.
 
     Raises
     ------
@@ -338,7 +359,7 @@ def run_bench(
     """
     checked = params if isinstance(params, Checked) else check(params)
     with machine_lock(f"host {checked.params.host}"):
-        return _run_locked(checked, raw_dir, run_id, launcher_pid or os.getpid(), extra)
+        return _run_locked(checked, raw_dir, run_id, launcher_pid or os.getpid(), kind)
 
 
 def _run_locked(
@@ -346,32 +367,24 @@ def _run_locked(
     raw_dir: Path,
     run_id: str | None,
     launcher_pid: int,
-    extra: dict[str, Any] | None = None,
+    kind: RunKind,
 ) -> Path:
     params, py = checked.params, checked.python
     start = time.monotonic()
     # MAX_MINUTES budgets the whole command: with the gate, the probe and the notebook's
     # kernel outside it, a default `make bench` on 3.10 took 335 s for a 300 s budget.
     spent_before = _seconds_since_launch()
-    # A release history compares releases whose contracts on invalid use differ by
-    # design: their differences are recorded, not refused (docs/design.md §11).
-    history = (extra or {}).get(schema.KIND_KEY) == schema.KIND_HISTORY
-    gate_results = run_gate(params, invalid="record" if history else "refuse")
-    machine = hostinfo.machine_info()
-    run_id = run_id or schema.new_run_id(py["tag"])
+    gate_results = run_gate(params, invalid=kind.invalid_ops)
+    run_id = run_id or schema.new_run_id(py["tag"], kind.kind)
     labels = params.labels
     plan = process_plan(params)
-    record: dict[str, Any] = {
-        "schema_version": schema.SCHEMA_VERSION,
-        "run_id": run_id,
-        "host": params.host,
-        "status": "running",
-        "started_at": runfiles.now(),
-        "ended_at": None,
-        "machine": machine,
-        "python": py,
-        "baseline": labels[0],
-        "variants": [
+    record = runfiles.start_record(
+        kind.kind,
+        run_id,
+        params.host,
+        python=py,
+        baseline=labels[0],
+        variants=[
             {
                 **g["provenance"],
                 "gate": {
@@ -396,28 +409,21 @@ def _run_locked(
             for g in gate_results
         ],
         # confirm_cases as the confirmation phase really times them (see phase_cases).
-        "parameters": {
+        parameters={
             **params.record(),
             "confirm_cases": phase_cases(params, "confirm") if params.confirm_processes else [],
         },
-        "launcher": {"pid": launcher_pid},
-        "seeds": {
+        launcher_pid=launcher_pid,
+        seeds={
             "run": params.seed,
             "gate": model.DEFAULT_SEED,
             "case": params.seed,
             "processes": {ph: [s for p, _, s in plan if p == ph] for ph in schema.PHASES},
         },
-        "project": hostinfo.project_info(),
-        "processes_planned": {"main": params.processes, "confirm": params.confirm_processes},
-        "processes_completed": {"main": 0, "confirm": 0},
-        "process_info": [],
-        **(extra or {}),
-    }
-    run_dir = schema.run_path(raw_dir, params.host, run_id)
-    try:
-        writer = RunWriter(run_dir, record)
-    except FileExistsError:
-        raise BenchError(f"run folder {run_dir} exists already; nothing was written") from None
+        processes_planned={"main": params.processes, "confirm": params.confirm_processes},
+        extra=kind.record,
+    )
+    writer = runfiles.create_run(raw_dir, record, runfiles.SAMPLES)
     expected = {g["label"]: g["sha256"] for g in gate_results}
     # Block mode own: each variant links its own block class, which the gate checked too.
     expected_block = (
@@ -439,7 +445,7 @@ def _run_locked(
             if not sized and done == params.processes:  # the pilot is complete
                 sized = True
                 decision = _size_after_pilot(
-                    params, writer, spent_before + time.monotonic() - start
+                    params, writer, spent_before + time.monotonic() - start, kind
                 )
                 writer.record["sizing"] = decision.record()
                 if decision.planned > params.processes:

@@ -31,8 +31,11 @@ from kvqueue import child
 from kvqueue.sources import loader
 from kvqueue.subject import cases as case_mod
 
-# Objects allocated only to shift where the next hot objects land; kept alive on purpose.
-_LAYOUT_PADDING: list[list[bytes]] = []
+#: Heap padding of this process (:func:`heap_padding`): objects allocated only to shift
+#: where the next hot objects land, kept alive on purpose until the process ends. Every
+#: worker that builds what it times appends here between allocations (the bench's and
+#: the policy run's, :mod:`kvqueue.policy.worker`).
+LAYOUT_PADDING: list[list[bytes]] = []
 
 
 def heap_padding(rng: random.Random) -> list[bytes]:
@@ -69,7 +72,7 @@ def load_shuffled(
         block = block or loader.load_block_class(block_source or sources[0])
     loaded: dict[int, loader.Variant] = {}
     for index in rng.sample(range(len(sources)), len(sources)):
-        _LAYOUT_PADDING.append(heap_padding(rng))
+        LAYOUT_PADDING.append(heap_padding(rng))
         if own_blocks is not None:
             label = labels[index]
             if label not in own_blocks:
@@ -199,7 +202,7 @@ class OwnPools:
         self.pools: dict[str, SharedPool] = {}
         for label, queue_cls in queues.items():
             self.pools[label] = SharedPool(size, block_classes[label], {label: queue_cls})
-            _LAYOUT_PADDING.append(heap_padding(rng))
+            LAYOUT_PADDING.append(heap_padding(rng))
 
     @property
     def queues(self) -> dict[str, Any]:
@@ -318,13 +321,13 @@ class Layout:
                     self.pools[size] = OwnPools(size, block_classes, shuffled, rng)
                 else:
                     self.pools[size] = SharedPool(size, self.block[0], shuffled, structures)
-                _LAYOUT_PADDING.append(heap_padding(rng))
+                LAYOUT_PADDING.append(heap_padding(rng))
         else:
             # Same blocks, new queue objects of the new classes (each relinks the blocks).
             self.pools = pools
             for shared in pools.values():
                 shared.rebind({labels[i]: classes[labels[i]] for i in order})
-                _LAYOUT_PADDING.append(heap_padding(rng))
+                LAYOUT_PADDING.append(heap_padding(rng))
         self.runners: dict[tuple[str, int], dict[str, case_mod.Runner]] = {}
         for case in spec["cases"]:
             for pool in spec["pools"]:
@@ -334,7 +337,7 @@ class Layout:
                     runners[label] = case_mod.make_runner(
                         case, shared.queues[label], shared.blocks_of(label), spec["case_seed"]
                     )
-                    _LAYOUT_PADDING.append(heap_padding(rng))
+                    LAYOUT_PADDING.append(heap_padding(rng))
                 self.runners[(case, pool)] = runners
 
 

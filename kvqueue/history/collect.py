@@ -34,8 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvqueue import params
+from kvqueue import params, schema
+from kvqueue.bench import runner
 from kvqueue.errors import BenchInputError
+from kvqueue.history import sizing as history_sizing
 from kvqueue.sources import loader
 from kvqueue.sources.cache import MEMBER
 from kvqueue.sources.errors import FetchError, ModuleMissing, NoReadableWheel
@@ -306,16 +308,23 @@ def run_history(
 ) -> Path:
     """Plan the versions, check everything, and run the paired protocol on them.
 
+    The run is a bench run of kind ``history``: its ``history`` record in ``run.json``,
+    differences on invalid use recorded (releases whose contracts on invalid use differ
+    by design are compared, not refused: docs/design.md §11), and its second stage sized
+    for the steps between consecutive versions (:mod:`kvqueue.history.sizing`).
+
     Returns
     -------
     Path
         The run folder.
     """
-    from kvqueue import schema
-    from kvqueue.bench import runner
-
     found = plan(releases)
     bench = replace(bench, variants=tuple(v.source for v in found.versions))
     checked = params.check(bench)
-    extra = {schema.KIND_KEY: schema.KIND_HISTORY, schema.HISTORY_KEY: found.record()}
-    return runner.run_bench(checked, raw_dir, run_id, extra=extra)
+    kind = runner.RunKind(
+        kind=schema.KIND_HISTORY,
+        record={schema.HISTORY_KEY: found.record()},
+        invalid_ops="record",
+        sizing_targets=history_sizing.sizing_targets,
+    )
+    return runner.run_bench(checked, raw_dir, run_id, kind=kind)

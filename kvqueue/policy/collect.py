@@ -2,7 +2,8 @@
 
 The machine lock, the invariant check in the measured interpreter, then one worker
 process (:mod:`kvqueue.policy.worker`) at a time, each writing its rows into
-``data/raw/<host>/<run-id>/`` the way bench runs do (:mod:`kvqueue.bench.runfiles`):
+``data/raw/<host>/<run-id>/`` with the writer of every run folder
+(:class:`kvqueue.bench.runfiles.RunWriter`, its data file :data:`POLICY_TABLE`):
 
 ``run.json``
     ``kind: "policy"``, the parameters (workload included), the seeds, the variant's
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, schema
+from kvqueue import schema
 from kvqueue.bench import runfiles, runner
 from kvqueue.errors import BenchError, GateRefused
 from kvqueue.params import PolicyParams
@@ -54,37 +55,14 @@ def rows_text(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-class PolicyRunWriter:
-    """Owns one policy run folder: created once, rewritten atomically, sealed."""
+def policy_row(process: int, phase: str, row: dict[str, Any]) -> dict[str, Any]:
+    """One ``policy.csv`` row: a worker's row after its process (policy runs have one
+    phase, ``main``)."""
+    return {"process": process, **row}
 
-    def __init__(self, run_dir: Path, record: dict[str, Any]) -> None:
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        run_dir.mkdir(exist_ok=False)
-        self.dir = run_dir
-        self.record = record
-        self.record.setdefault(schema.FILES_KEY, {})
-        self.rows: list[dict[str, Any]] = []
-        self.save()
 
-    def add_process(self, number: int, rows: list[dict[str, Any]], info: dict) -> None:
-        """Append one finished process's rows and count it, as one atomic step."""
-        with runfiles.sigint_held():
-            self.rows.extend({"process": number, **row} for row in rows)
-            self.record["processes_completed"]["main"] += 1
-            self.record["process_info"].append(info)
-            self.save()
-
-    def save(self, status: str | None = None) -> None:
-        """Rewrite ``policy.csv``, then ``run.json`` with its digest (and ``status``)."""
-        if status:
-            self.record["status"] = status
-        text = rows_text(self.rows).encode("utf-8")
-        runfiles.write_atomic(self.dir / schema.POLICY_CSV, text)
-        self.record[schema.FILES_KEY][schema.POLICY_CSV] = {
-            "sha256": runfiles.sha256_bytes(text),
-            "rows": len(self.rows),
-        }
-        runfiles.write_run_json(self.dir, self.record)
+#: ``policy.csv``: the data file of a policy run (:class:`kvqueue.bench.runfiles.RunWriter`).
+POLICY_TABLE = runfiles.RunTable(schema.POLICY_CSV, rows_text, policy_row)
 
 
 def process_seeds(seed: int, processes: int) -> list[int]:
@@ -153,18 +131,13 @@ def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_
 def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
     check = run_check(p)
     seeds = process_seeds(p.seed, p.processes)
-    record: dict[str, Any] = {
-        "kind": schema.KIND_POLICY,
-        "schema_version": schema.SCHEMA_VERSION,
-        "run_id": run_id,
-        "host": p.host,
-        "status": "running",
-        "started_at": runfiles.now(),
-        "ended_at": None,
-        "machine": hostinfo.machine_info(),
-        "python": py,
-        "baseline": "lru",
-        "variants": [
+    record = runfiles.start_record(
+        schema.KIND_POLICY,
+        run_id,
+        p.host,
+        python=py,
+        baseline="lru",
+        variants=[
             {
                 **check["provenance"],
                 "check": {
@@ -172,21 +145,13 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
                 },
             }
         ],
-        "parameters": p.record(),
-        "workload": p.workload(),
-        "policies": p.policies,
-        "launcher": {"pid": os.getpid()},
-        "seeds": {"run": p.seed, "check": CHECK_SEED, "processes": {"main": seeds}},
-        "project": hostinfo.project_info(),
-        "processes_planned": {"main": p.processes, "confirm": 0},
-        "processes_completed": {"main": 0, "confirm": 0},
-        "process_info": [],
-    }
-    run_dir = schema.run_path(raw_dir, p.host, run_id)
-    try:
-        writer = PolicyRunWriter(run_dir, record)
-    except FileExistsError:
-        raise BenchError(f"run folder {run_dir} exists already; nothing was written") from None
+        parameters=p.record(),
+        launcher_pid=os.getpid(),
+        seeds={"run": p.seed, "check": CHECK_SEED, "processes": {"main": seeds}},
+        processes_planned={"main": p.processes, "confirm": 0},
+        extra={"workload": p.workload(), "policies": p.policies},
+    )
+    writer = runfiles.create_run(raw_dir, record, POLICY_TABLE)
     start = time.monotonic()
     print(
         f"policy run {run_id}: {p.processes} processes x {len(p.policies)} policies on "
@@ -215,7 +180,7 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
                 "seed": seed,
                 **{k: result[k] for k in ("cpu", "pinned", "note", "seconds")},
             }
-            writer.add_process(number, result["rows"], info)
+            writer.add_process("main", number, result["rows"], info)
             elapsed = time.monotonic() - start
             eta = elapsed / number * (p.processes - number)
             by_name = {r["policy"]: r for r in result["rows"]}

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from kvqueue import child, schema
-from kvqueue.bench.worker import _LAYOUT_PADDING, heap_padding, load_shuffled, pin_cpu
+from kvqueue.bench.worker import LAYOUT_PADDING, heap_padding, load_shuffled, pin_cpu
 from kvqueue.policy import check as policy_check
 from kvqueue.policy import churn, policies
 from kvqueue.sources import loader
@@ -165,9 +165,9 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
             f"kvqueue policy worker: {spec['source']} changed since the check (sha256 "
             f"{variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
         )
-    _LAYOUT_PADDING.append(heap_padding(rng))
+    LAYOUT_PADDING.append(heap_padding(rng))
     blocks = [variant.block_cls(block_id=i) for i in range(workload.pool)]
-    _LAYOUT_PADDING.append(heap_padding(rng))
+    LAYOUT_PADDING.append(heap_padding(rng))
     seed = spec["seed"]
 
     rows: dict[str, dict[str, Any]] = {}
@@ -186,7 +186,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
             "hit_blocks": sim.hit_blocks,
         }
         digests[name] = (_queue_digest(sim.queue), metrics.sums["allocations"])
-        _LAYOUT_PADDING.append(heap_padding(rng))
+        LAYOUT_PADDING.append(heap_padding(rng))
 
     gc_enabled = gc.isenabled()
     try:
