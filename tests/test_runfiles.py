@@ -20,7 +20,7 @@ from kvqueue.analysis import rawdata
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError
 from kvqueue.policy import collect as policy_collect
-from kvqueue.policy import report as policy_report
+from kvqueue.policy import analyze as policy_analyze
 
 RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
 #: policy.csv's name and columns, as the policy run's table writes them.
@@ -230,5 +230,5 @@ def test_a_policy_run_writes_a_named_sealed_folder_the_report_reads(
     record = _sealed(run_dir, POLICY_CSV)
     assert next(iter(record)) == "kind" and record["status"] == "complete"
     assert record["processes_completed"] == {"main": 2, "confirm": 0}
-    (run,) = policy_report.read_policy_runs(tmp_path / "raw")
+    (run,) = policy_analyze.read_policy_runs(tmp_path / "raw")
     assert run["altered"] is None and run["rows"] is not None
