@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import params, schema
+from kvqueue import schema
 from kvqueue.gate import gate
 from kvqueue.sources import loader
 from kvqueue.subject import cases
@@ -725,8 +725,7 @@ def small_queue_gate(size_file, baseline):
 
 
 def test_default_sizes_are_the_timed_pools_and_the_minimum():
-    assert gate.MIN_POOL == params.MIN_POOL
-    assert (params.MIN_POOL, *schema.POOLS) == gate.DEFAULT_SIZES
+    assert (schema.MIN_POOL, *schema.POOLS) == gate.DEFAULT_SIZES
     gate_params = inspect.signature(gate.gate).parameters
     assert gate_params["sizes"].default == gate.DEFAULT_SIZES
     assert gate_params["size_ops"].default is None
@@ -812,7 +811,7 @@ def test_correct_queues_pass_at_every_timed_size(default_run):
     for result in results:
         assert result.ok, result.error
         assert result.sizes == gate.DEFAULT_SIZES
-        assert set(schema.POOLS) <= set(result.sizes) and params.MIN_POOL in result.sizes
+        assert set(schema.POOLS) <= set(result.sizes) and schema.MIN_POOL in result.sizes
         assert result.size_ops_checked == len(gate.DEFAULT_SIZES) * per_size
         # Elapsed time is recorded and part of the total. The bound is loose (measured
         # ~1.2 s); an O(size) check after every operation would take ~10 minutes.

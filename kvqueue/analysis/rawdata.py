@@ -46,7 +46,7 @@ from kvqueue import schema
 
 RUN_JSON = schema.RUN_JSON
 SAMPLES_CSV = schema.SAMPLES_CSV
-BENCH_NOTEBOOK = schema.BENCH_NOTEBOOK
+RUN_NOTEBOOK = schema.RUN_NOTEBOOK
 COMPLETE = "complete"
 
 #: :attr:`Run.integrity` of a run whose files match the digests its ``run.json`` records.
@@ -333,8 +333,8 @@ def _check_digests(
         return SEALED, "run.json records no digest of samples.csv"
     if sealed["sha256"] != samples_sha256:
         return SEALED, "samples.csv sha256 differs from run.json (edited after the run)"
-    notebook = run_dir / BENCH_NOTEBOOK
-    nb_sealed = files.get(BENCH_NOTEBOOK)
+    notebook = run_dir / RUN_NOTEBOOK
+    nb_sealed = files.get(RUN_NOTEBOOK)
     if nb_sealed is None:
         return (SEALED_NOTEBOOK_UNSEALED if notebook.is_file() else SEALED), None
     if not notebook.is_file():
@@ -557,7 +557,7 @@ def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
     if files is None:
         return
     _require(isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object")
-    for name in (SAMPLES_CSV, BENCH_NOTEBOOK):
+    for name in (SAMPLES_CSV, RUN_NOTEBOOK):
         entry = files.get(name)
         if entry is None:
             continue

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvqueue import schema
+from kvqueue.schema import MIN_POOL
 from kvqueue.sources.loader import QUEUE_METHODS, STRUCTURE_HEAD_TAIL, Variant
 from kvqueue.subject import cases
 
@@ -53,9 +54,6 @@ _EPISODE_OPS = 400
 # pools hold 2,048 and 100,000 blocks, so what a variant does differently there would
 # go unseen without this part.
 
-#: Smallest pool ``make bench`` accepts (``kvqueue.params.MIN_POOL``, repeated here so the
-#: gate does not import the bench machinery; tests/test_validate.py checks they agree).
-MIN_POOL = 64
 #: Queue sizes of part 2 by default: the smallest accepted pool and every timed pool.
 DEFAULT_SIZES: tuple[int, ...] = (MIN_POOL, *schema.POOLS)
 #: Batch lengths that are timed: the ``allocK`` cases and the batches of ``mix``.

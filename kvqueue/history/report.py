@@ -34,7 +34,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import rawdata, stats
-from kvqueue.history.collect import HISTORY_DEFAULTS
+from kvqueue.params.history import HISTORY_DEFAULTS
 from kvqueue.sources.upstream import version_key
 
 KIND = schema.KIND_HISTORY

@@ -32,7 +32,7 @@ from typing import Any
 from kvqueue import hostinfo, schema
 from kvqueue.bench import runfiles, runner
 from kvqueue.errors import BenchError, GateRefused
-from kvqueue.params import PolicyParams
+from kvqueue.params.policy import PolicyParams
 from kvqueue.policy.worker import ROW_KEYS
 
 KIND = "policy"

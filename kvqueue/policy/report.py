@@ -45,7 +45,7 @@ import scipy.stats as sps
 
 from kvqueue import schema
 from kvqueue.analysis import ab, rawdata, stats
-from kvqueue.params import ReportSettings
+from kvqueue.params.report import ReportSettings
 from kvqueue.policy import collect as policy_collect
 
 KIND = "policy"

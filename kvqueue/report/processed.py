@@ -31,10 +31,15 @@ from typing import Any
 
 import pandas as pd
 
-from kvqueue import params, schema
+from kvqueue import errors, hostinfo, schema
 from kvqueue.analysis import ab, comparisons, rawdata, stats
 from kvqueue.history import report as history_report
-from kvqueue.params import ReportSettings
+from kvqueue.params import bench as bench_params
+from kvqueue.params import checks as param_checks
+from kvqueue.params import history as history_params
+from kvqueue.params import report as report_params
+from kvqueue.params import spec as param_spec
+from kvqueue.params.report import ReportSettings
 from kvqueue.policy import report as policy_report
 
 MANIFEST = "manifest.json"
@@ -46,8 +51,14 @@ _MANIFEST_FORMAT = 3
 CODE_MODULES: tuple[ModuleType, ...] = (
     ab,
     comparisons,
+    errors,
     history_report,
-    params,
+    hostinfo,
+    bench_params,
+    param_checks,
+    history_params,
+    report_params,
+    param_spec,
     policy_report,
     rawdata,
     schema,
@@ -106,7 +117,7 @@ def fingerprint(raw_dir: Path | str) -> dict[str, str]:
         for name in (
             rawdata.RUN_JSON,
             rawdata.SAMPLES_CSV,
-            rawdata.BENCH_NOTEBOOK,
+            rawdata.RUN_NOTEBOOK,
             policy_report.POLICY_CSV,
         ):
             path = run_dir / name
@@ -239,7 +250,7 @@ def build(
     processed_dir
         Output folder (``data/processed``); created if needed.
     settings
-        Analysis settings (defaults: :class:`kvqueue.params.ReportSettings`).
+        Analysis settings (defaults: :class:`kvqueue.params.report.ReportSettings`).
 
     Returns
     -------
