@@ -8,7 +8,7 @@ VENV         := .venv
 VPY          := $(VENV)/bin/python
 STAMP        := $(VENV)/.installed
 
-# `make bench` parameters: one Make variable per field of kvqueue.params.BenchParams
+# `make bench` parameters: one Make variable per field of kvqueue.params.bench.BenchParams
 # (tests/test_params.py checks that the lists agree); empty = the field's default.
 # PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
 # They reach `python -m kvqueue bench --from-env` as KVQUEUE_<NAME> environment
@@ -39,16 +39,10 @@ AA        ?=
 BLOCK_SOURCE ?=
 BLOCK_MODE ?=
 RAW_DIR   ?= data/raw
-
-$(foreach v,$(BENCH_VARS) RAW_DIR,$(eval bench quick validate history: export KVQUEUE_$(v) = $$(value $(v))))
 # make history: the releases to time ('' = every release with the queue).
 RELEASES ?=
-history: export KVQUEUE_RELEASES = $(value RELEASES)
-# Make exports command-line variables to every recipe, expanding them on the way (a
-# HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) RAW_DIR RELEASES
 
-# `make policy` parameters: one Make variable per field of kvqueue.params.PolicyParams
+# `make policy` parameters: one Make variable per field of kvqueue.params.policy.PolicyParams
 # (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
 POLICY_VARS := HOST PYTHON VARIANT WINDOWS THRESHOLD PROCESSES SEED CPU GC POOL CONCURRENCY \
                PREFILL PREFILL_SIGMA PREFILL_MAX DECODE DECODE_SIGMA DECODE_MAX DECODE_EVERY \
@@ -69,8 +63,21 @@ PREFIX_SHARE ?=
 FAMILIES ?=
 WARMUP_STEPS ?=
 STEPS ?=
-$(foreach v,$(POLICY_VARS) RAW_DIR,$(eval policy: export KVQUEUE_$(v) = $$(value $(v))))
-unexport $(POLICY_VARS)
+
+# The variables each target reads, exported to it alone as KVQUEUE_<NAME> (what
+# `python -m kvqueue TARGET --from-env` reads; tests/test_params.py checks that they agree).
+# validate gates what bench would (HOST is no part of it); quick writes nothing (no HOST,
+# RAW_DIR) and is never QUICK; history refuses VARIANTS, AA, BLOCK_SOURCE and QUICK.
+VAR_TARGETS   := validate bench quick history policy
+validate_VARS := $(filter-out HOST,$(BENCH_VARS))
+bench_VARS    := $(BENCH_VARS) RAW_DIR
+quick_VARS    := $(filter-out HOST QUICK,$(BENCH_VARS))
+history_VARS  := $(BENCH_VARS) RELEASES RAW_DIR
+policy_VARS   := $(POLICY_VARS) RAW_DIR
+$(foreach t,$(VAR_TARGETS),$(foreach v,$($(t)_VARS),$(eval $(t): export KVQUEUE_$(v) = $$(value $(v)))))
+# Make exports command-line variables to every recipe, expanding them on the way (a
+# HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
+unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES
 
 .DEFAULT_GOAL := help
 
@@ -80,8 +87,10 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
 	  awk -F'\t' '{printf "  %-22s %s\n", $$1, $$2}'
 	@echo
-	@echo "  bench variables: $(BENCH_VARS) RAW_DIR"
-	@echo "  (what each means and its default: .venv/bin/python -m kvqueue bench --help)"
+	@echo "  variables of each target (empty = the default; what each means and its default:"
+	@echo "  .venv/bin/python -m kvqueue TARGET --help):"
+	@$(foreach t,$(VAR_TARGETS),printf '    %-9s %s\n' '$(t)' '$($(t)_VARS)';)
+	@printf '    %-9s %s\n' setup 'BOOTSTRAP_PY (the interpreter that creates .venv)'
 
 $(STAMP): pyproject.toml
 	@test -x $(VPY) || $(BOOTSTRAP_PY) -m venv $(VENV)
@@ -104,7 +113,7 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(VPY) -m ruff format kvqueue tests
 	$(VPY) -m ruff check --fix kvqueue tests
 
-validate: $(STAMP) ## run the gate of a bench (VARIANTS, AA, GATE_OPS, POOLS, BLOCK_SOURCE) under PYTHON
+validate: $(STAMP) ## run the gate of a bench (VARIANTS, AA, GATE_OPS, POOLS, BLOCK_SOURCE, BLOCK_MODE) under PYTHON
 	PYTHONPATH="$(CURDIR)" "$${KVQUEUE_PYTHON:-python3}" -m kvqueue validate --from-env
 
 bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label required)
@@ -119,7 +128,7 @@ history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, in
 policy: $(STAMP) ## allocation policies on the churn workload into data/raw/HOST/<run-id>/ (HOST=label required)
 	@$(VPY) -m kvqueue policy --from-env
 
-notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params.py
+notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 
 RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)

@@ -16,28 +16,40 @@
 ``sync-notebooks``
     regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`.
 
-The options of ``bench`` and ``report`` are generated from the fields of
-:class:`kvqueue.params.BenchParams` and :class:`kvqueue.params.ReportSettings`. Each
-command imports what it needs when it runs (as pyperf's ``__main__`` does): ``validate``
-and ``bench`` up to the notebook are standard library only and run on a bare
-interpreter, ``report`` needs the project's virtual environment.
+Every command is declared one way: its parameter fields (:class:`_Reads`, from
+:mod:`kvqueue.params`) give its options, through :func:`_add_param_options`, and the
+Make variables that ``--from-env`` reads (``KVQUEUE_<NAME>``, :func:`reads`); its errors
+end in one line through :func:`_one_line_errors`. Each command imports what it needs when
+it runs (as pyperf's ``__main__`` does): ``validate`` and ``bench`` up to the notebook
+are standard library only and run on a bare interpreter, ``report`` needs the project's
+virtual environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from kvqueue import params
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.params import bench as bench_params
+from kvqueue.params import history as history_params
+from kvqueue.params import policy as policy_params
+from kvqueue.params import report as report_params
+from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resolve_in_repo, spec_of
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
+#: Make variable of the raw data's root (``KVQUEUE_RAW_DIR`` with ``--from-env``).
+RAW_DIR = "RAW_DIR"
+_RAW_DIR_DEFAULT = "data/raw"
+#: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
+_MAKE_TARGETS = ("bench", "quick", "history", "policy")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -47,47 +59,214 @@ class _OneLineParser(argparse.ArgumentParser):
         raise BenchInputError(message)
 
 
+# ------------------------------------------------------------------ one way to declare
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """The parameters of one command.
+
+    Attributes
+    ----------
+    fields
+        Parameter fields (:mod:`kvqueue.params`): one option each and, with a Make
+        variable, one ``KVQUEUE_<NAME>`` that ``--from-env`` reads.
+    defaults
+        Defaults of this command where they differ from the fields' (shown in ``--help``).
+    refused
+        Fields that ``--from-env`` reads only to refuse them (no option).
+    extra
+        Further Make variables the command reads (``RAW_DIR``, ``RELEASES``).
+    options
+        Whether the fields are options (``validate`` reads them from the environment only).
+    """
+
+    fields: tuple[Any, ...] = ()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    refused: tuple[Any, ...] = ()
+    extra: tuple[str, ...] = ()
+    options: bool = True
+
+    def variables(self) -> list[str]:
+        """The Make variables, in field order, then the extra ones."""
+        makes = [spec_of(f).make for f in (*self.fields, *self.refused)]
+        return [m for m in makes if m] + list(self.extra)
+
+
+def _bench_fields(*leave_out: str) -> tuple[Any, ...]:
+    return tuple(f for f in bench_params.bench_fields() if f.name not in leave_out)
+
+
+#: What each command reads (the single declaration behind options, help and --from-env).
+_READS: dict[str, _Reads] = {
+    # What `make bench` would gate: every bench variable but HOST, checked as for a bench.
+    "validate": _Reads(_bench_fields("host"), options=False),
+    "bench": _Reads(_bench_fields(), extra=(RAW_DIR,)),
+    "quick": _Reads(_bench_fields("host", "quick"), bench_params.QUICK_LOOP_DEFAULTS),
+    "history": _Reads(
+        _bench_fields(*history_params.CHOSEN),
+        history_params.HISTORY_DEFAULTS,
+        refused=tuple(f for f in bench_params.bench_fields() if f.name in history_params.CHOSEN),
+        extra=(history_params.RELEASES, RAW_DIR),
+    ),
+    "policy": _Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
+    "report": _Reads(tuple(report_params.report_fields())),
+    "sync-notebooks": _Reads(),
+}
+
+
+def reads(command: str) -> list[str]:
+    """The Make variables that ``command`` reads (as ``KVQUEUE_<NAME>``, with ``--from-env``).
+
+    ``make help`` lists the same per target, the Makefile exports exactly these to it,
+    and the command's ``--help`` names each (``tests/test_params.py`` checks all three).
+    """
+    return _READS[command].variables()
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown(default: Any) -> str:
+    return " ".join(map(str, default)) if isinstance(default, tuple) else str(default)
+
+
+def _add_param_options(p: argparse.ArgumentParser, command: str) -> None:
+    """One option per parameter field of ``command``, its help ending in
+    ``[MAKE VARIABLE; default: ...]``; the option's value is the text, ``None`` if not
+    given (the field's parser reads it: :func:`kvqueue.params.spec.parse_value`)."""
+    declared = _READS[command]
+    for f in declared.fields:
+        spec = spec_of(f)
+        default = declared.defaults.get(f.name, default_of(f))
+        text = spec.help.replace("%", "%%")  # argparse formats help with %
+        if spec.kind == "pairs":
+            shown = "; ".join(f"{c} vs {b}" for c, b in default)
+            p.add_argument(
+                "--pair",
+                dest=f.name,
+                nargs=2,
+                action="append",
+                metavar=("CANDIDATE", "BASELINE"),
+                help=f"{text} [repeatable; default: {shown}]",
+            )
+            continue
+        variable = f"{spec.make}; " if spec.make else ""
+        help_ = f"{text} [{variable}default: {_shown(default)}]"
+        if spec.kind == "bool":
+            p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
+        else:
+            p.add_argument(_option(f.name), metavar=spec.make or f.name.upper(), help=help_)
+
+
+def _add_raw_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help=f"root of the raw data [{RAW_DIR}; default: {_RAW_DIR_DEFAULT}]",
+    )
+
+
+def _add_from_env(p: argparse.ArgumentParser, command: str, what: str) -> None:
+    variables = " ".join(reads(command))
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help=f"{what}: read {ENV_PREFIX}<MAKE VARIABLE> of {variables} (how `make {command}` "
+        "passes them: verbatim, never through a shell); takes no other parameter",
+    )
+
+
+def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
+    """The texts of the command's fields, keyed by field name (``None``: not given): from
+    its options, or with ``--from-env`` from ``KVQUEUE_<MAKE VARIABLE>`` (its refused
+    fields included), when no option may be given too."""
+    declared = _READS[command]
+    names = [f.name for f in declared.fields] if declared.options else []
+    if not getattr(args, "from_env", False):
+        return {n: getattr(args, n) for n in names}
+    given = [n for n in names if getattr(args, n) is not None]
+    if given:
+        raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
+    return environment_texts((*declared.fields, *declared.refused), os.environ)
+
+
+def _raw_dir(args: argparse.Namespace) -> Path:
+    """``--raw-dir``, else (with ``--from-env``) ``KVQUEUE_RAW_DIR``, else ``data/raw``."""
+    text = args.raw_dir or (os.environ.get(ENV_PREFIX + RAW_DIR, "") if args.from_env else "")
+    return Path(text or resolve_in_repo(_RAW_DIR_DEFAULT)).resolve()
+
+
+def _prefix(command: str) -> str:
+    """How a command's one-line errors start: ``make bench``, ``kvqueue validate``."""
+    if command in _MAKE_TARGETS:
+        return f"make {command}"
+    return f"kvqueue {command}" if command else "kvqueue"
+
+
+def _exit_status(command: str, exc: BaseException) -> int:
+    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 130 Ctrl-C."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    print(f"{_prefix(command)}: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, BenchInputError) else 1
+
+
+def _one_line_errors(
+    command: str,
+) -> Callable[[Callable[[argparse.Namespace], int | None]], Callable[[argparse.Namespace], int]]:
+    """Run a command; bad input, a refusal, a failure and Ctrl-C end in one line and an
+    exit status (:func:`_exit_status`); otherwise the command's status (``None``: 0)."""
+
+    def wrap(run: Callable[[argparse.Namespace], int | None]) -> Callable[..., int]:
+        @functools.wraps(run)
+        def cmd(args: argparse.Namespace) -> int:
+            try:
+                return run(args) or 0
+            except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
+                return _exit_status(command, exc)
+
+        return cmd
+
+    return wrap
+
+
 # ------------------------------------------------------------------ validate
 
 
+@_one_line_errors("validate")
 def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
-    from kvqueue import child
+    from kvqueue import child, schema
     from kvqueue.gate import gate
     from kvqueue.sources import loader
 
     child.die_with_parent()  # when started by the runner (a no-op by hand)
     if sys.flags.optimize:
-        print(
-            f"kvqueue validate: {sys.executable} runs with -O (sys.flags.optimize="
-            f"{sys.flags.optimize}): asserts are stripped, the gate would check nothing",
-            file=sys.stderr,
+        raise BenchInputError(
+            f"{sys.executable} runs with -O (sys.flags.optimize="
+            f"{sys.flags.optimize}): asserts are stripped, the gate would check nothing"
         )
-        return 2
     sources = list(args.sources)
     block_source = args.block_source
     if args.from_env:
         # What `make bench` would gate: its variants (and A/A copy), ops and pool sizes.
-        try:
-            bench = params.from_environment({**os.environ, params.ENV_PREFIX + "HOST": "x"})
-        except BenchInputError as exc:
-            print(f"kvqueue validate: {exc}", file=sys.stderr)
-            return 2
+        bench = bench_params.from_text({**_texts(args, "validate"), "host": "x"})
         sources, block_source = bench.sources, bench.block_source or None
         args.block_mode = bench.block_mode
         args.ops = bench.gate_ops
-        args.sizes = tuple(sorted({params.MIN_POOL, *bench.pools}))
+        args.sizes = tuple(sorted({schema.MIN_POOL, *bench.pools}))
     if not sources:
-        print("kvqueue validate: give at least one SOURCE (or --from-env)", file=sys.stderr)
-        return 2
+        raise BenchInputError("give at least one SOURCE (or --from-env)")
     try:
         variants = loader.load_variants(
             sources, block_source=block_source or None, block_mode=args.block_mode
         )
     except loader.SourceError as exc:
-        print(f"kvqueue validate: {exc}", file=sys.stderr)
-        return 2
+        raise BenchInputError(str(exc)) from None
     results = gate.gate(
         variants, ops=args.ops, seed=args.seed, sizes=args.sizes, invalid=args.invalid_ops
     )
@@ -171,38 +350,17 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         f"(default {' '.join(map(str, sizes.DEFAULT_SIZES))})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument(
-        "--from-env",
-        action="store_true",
-        help=f"gate what `make bench` would gate: {params.ENV_PREFIX}VARIANTS, AA, GATE_OPS, "
-        "POOLS and BLOCK_SOURCE (how `make validate` passes them)",
+    _add_from_env(
+        p,
+        "validate",
+        "gate what `make bench` would gate (VARIANTS and the A/A copy of AA, GATE_OPS, POOLS, "
+        "BLOCK_SOURCE and BLOCK_MODE; the other variables are checked as `make bench` checks "
+        "them, PYTHON is the interpreter that `make validate` runs this under)",
     )
     p.set_defaults(func=_cmd_validate)
 
 
 # ------------------------------------------------------------------ bench
-
-
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _add_param_options(
-    p: argparse.ArgumentParser, defaults: dict[str, object] | None = None, skip: tuple = ()
-) -> None:
-    """One option per :class:`kvqueue.params.BenchParams` field, with its help."""
-    for f in params.bench_fields():
-        if f.name in skip:
-            continue
-        spec = params.spec_of(f)
-        default = (defaults or {}).get(f.name, params.default_of(f))
-        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        text = spec.help.replace("%", "%%")  # argparse formats help with %
-        help_ = f"{text} [{spec.make}; default: {shown!s}]"
-        if spec.kind == "bool":
-            p.add_argument(_option(f.name), action="store_const", const=True, help=help_)
-        else:
-            p.add_argument(_option(f.name), metavar=spec.make, help=help_)
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
@@ -212,63 +370,35 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         description="Collect one run of the timing protocol. Every option is also a Make "
         "variable of `make bench` (shown in brackets).",
     )
-    _add_param_options(p)
-    p.add_argument(
-        "--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR; data/raw]"
-    )
+    _add_param_options(p, "bench")
+    _add_raw_dir(p)
     p.add_argument(
         "--no-notebook",
         action="store_true",
         help="run the protocol directly instead of through notebooks/bench.ipynb",
     )
-    p.add_argument(
-        "--from-env",
-        action="store_true",
-        help=f"read every parameter from {params.ENV_PREFIX}<MAKE VARIABLE> (how `make bench` "
-        "passes them: verbatim, never through a shell)",
-    )
+    _add_from_env(p, "bench", "every parameter from the environment")
     p.set_defaults(func=_cmd_bench)
 
 
-def _bench_params(args: argparse.Namespace) -> params.BenchParams:
-    if args.from_env:
-        given = [f.name for f in params.bench_fields() if getattr(args, f.name) is not None]
-        if given:
-            raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
-        return params.from_environment(os.environ)
-    return params.from_text({f.name: getattr(args, f.name) for f in params.bench_fields()})
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
+@_one_line_errors("bench")
+def _cmd_bench(args: argparse.Namespace) -> None:
     from kvqueue import schema
+    from kvqueue.bench import checks as bench_checks
 
-    os.environ[params.BUDGET_START_ENV] = repr(time.time())  # MAX_MINUTES counts from here
-    try:
-        raw_text = args.raw_dir or (
-            os.environ.get(params.ENV_PREFIX + "RAW_DIR", "") if args.from_env else ""
-        )
-        raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
-        checked = params.check(_bench_params(args))  # the one place input is checked
-        run_id = schema.new_run_id(checked.python["tag"])
-        if args.no_notebook:
-            from kvqueue.bench import runner
+    os.environ[bench_params.BUDGET_START_ENV] = repr(time.time())  # MAX_MINUTES counts from here
+    raw_dir = _raw_dir(args)
+    # The one place input is checked.
+    checked = bench_checks.check(bench_params.from_text(_texts(args, "bench")))
+    run_id = schema.new_run_id(checked.python["tag"])
+    if args.no_notebook:
+        from kvqueue.bench import runner
 
-            runner.run_bench(checked, raw_dir, run_id)
-        else:
-            from kvqueue.bench import notebook
+        runner.run_bench(checked, raw_dir, run_id)
+    else:
+        from kvqueue.bench import notebook
 
-            notebook.run_bench_notebook(checked, raw_dir, run_id)
-    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
-        return _exit_status("make bench", exc)
-    return 0
-
-
-def _exit_status(command: str, exc: BaseException) -> int:
-    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 130 Ctrl-C."""
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
-    print(f"{command}: {exc}", file=sys.stderr)
-    return 2 if isinstance(exc, BenchInputError) else 1
+        notebook.run_bench_notebook(checked, raw_dir, run_id)
 
 
 # ------------------------------------------------------------------ quick
@@ -279,80 +409,63 @@ def _add_quick(sub: argparse._SubParsersAction) -> None:
         "quick",
         help="a fast A/B loop: gate, paired processes, the comparison in the terminal",
         description="Gate and time the variants with small defaults and print the "
-        "comparison; nothing is written under data/raw (evidence is `make bench`).",
+        "comparison; nothing is written under data/raw (evidence is `make bench`). Every "
+        "option is also a Make variable of `make quick` (shown in brackets).",
     )
-    _add_param_options(p, params.QUICK_LOOP_DEFAULTS, skip=("host", "quick"))
-    p.add_argument(
-        "--from-env",
-        action="store_true",
-        help=f"read the parameters from {params.ENV_PREFIX}<MAKE VARIABLE> (`make quick`)",
-    )
+    _add_param_options(p, "quick")
+    _add_from_env(p, "quick", "the parameters from the environment")
     p.set_defaults(func=_cmd_quick)
 
 
-def _cmd_quick(args: argparse.Namespace) -> int:
-    names = [f.name for f in params.bench_fields() if f.name not in ("host", "quick")]
-    try:
-        if args.from_env:
-            texts = params.environment_texts(os.environ)
-        else:
-            texts = {n: getattr(args, n) for n in names}
-        given = params.parse_texts({n: texts[n] for n in names})
-        from kvqueue.bench import quick
+@_one_line_errors("quick")
+def _cmd_quick(args: argparse.Namespace) -> None:
+    given = bench_params.parse_texts(_texts(args, "quick"))
+    from kvqueue.bench import quick
 
-        quick.run_quick(quick.quick_params(given))
-    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
-        return _exit_status("make quick", exc)
-    return 0
+    quick.run_quick(quick.quick_params(given))
 
 
 # ------------------------------------------------------------------ history
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
+    *others, last = [spec_of(f).make for f in _READS["history"].refused]
+    chosen = f"{', '.join(others)} and {last}"
     p = sub.add_parser(
         "history",
         help="time every distinct queue version of vLLM's releases into data/raw/<host>/",
         description="A bench run over vLLM's release history (kvqueue.history.collect): every "
         "release from the first with the V1 free-block queue to the newest (or RELEASES), "
-        "each distinct class version once, own block classes, paired protocol. Reads the "
-        "bench variables from the environment (how `make history` passes them).",
+        "each distinct class version once, own block classes, paired protocol. Every option "
+        f"is also a Make variable of `make history` (shown in brackets); {chosen} are chosen "
+        "by the history: given, they are refused.",
     )
+    _add_param_options(p, "history")
     p.add_argument(
-        "--from-env",
-        action="store_true",
-        help=f"read the parameters from {params.ENV_PREFIX}<MAKE VARIABLE> and "
-        f"{params.ENV_PREFIX}RELEASES (`make history`)",
+        "--releases",
+        default=None,
+        metavar=history_params.RELEASES,
+        help=f"{history_params.RELEASES_HELP} [{history_params.RELEASES}; default: '']",
     )
-    p.add_argument("--releases", default=None, help="releases to time, space separated [RELEASES]")
-    p.add_argument("--host", default=None, help="label of this machine [HOST]")
-    p.add_argument("--python", default=None, help="interpreter to measure [PYTHON]")
-    p.add_argument("--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR]")
+    _add_raw_dir(p)
+    _add_from_env(p, "history", "the parameters from the environment")
     p.set_defaults(func=_cmd_history)
 
 
-def _cmd_history(args: argparse.Namespace) -> int:
+@_one_line_errors("history")
+def _cmd_history(args: argparse.Namespace) -> None:
     from kvqueue.history import collect as history_collect
 
     # MAX_MINUTES budgets the whole command: the release listing and fetches included.
-    os.environ[params.BUDGET_START_ENV] = repr(time.time())
-    try:
-        if args.from_env:
-            texts = params.environment_texts(os.environ)
-            releases_text = os.environ.get(history_collect.RELEASES_ENV, "")
-            raw_text = os.environ.get(params.ENV_PREFIX + "RAW_DIR", "")
-        else:
-            texts = {f.name: None for f in params.bench_fields()}
-            texts.update(host=args.host, python=args.python)
-            releases_text, raw_text = args.releases or "", ""
-        raw_dir = Path(args.raw_dir or raw_text or params.resolve_in_repo("data/raw")).resolve()
-        bench = history_collect.history_params(texts)
-        history_collect.run_history(
-            bench, history_collect.releases_from_text(releases_text), raw_dir
-        )
-    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
-        return _exit_status("make history", exc)
-    return 0
+    os.environ[bench_params.BUDGET_START_ENV] = repr(time.time())
+    texts = _texts(args, "history")
+    if args.from_env:
+        releases_text = os.environ.get(history_params.RELEASES_ENV, "")
+    else:
+        releases_text = args.releases or ""
+    raw_dir = _raw_dir(args)
+    bench = history_params.from_text(texts)
+    history_collect.run_history(bench, history_collect.releases_from_text(releases_text), raw_dir)
 
 
 # ------------------------------------------------------------------ policy
@@ -366,50 +479,23 @@ def _add_policy(sub: argparse._SubParsersAction) -> None:
         "policy per window factor) on the seeded churn workload. Every option is also a "
         "Make variable of `make policy` (shown in brackets).",
     )
-    for f in params.policy_fields():
-        spec = params.spec_of(f)
-        default = params.default_of(f)
-        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        text = spec.help.replace("%", "%%")
-        p.add_argument(
-            _option(f.name), metavar=spec.make, help=f"{text} [{spec.make}; default: {shown!s}]"
-        )
-    p.add_argument(
-        "--raw-dir", type=Path, default=None, help="root of the raw data [RAW_DIR; data/raw]"
-    )
-    p.add_argument(
-        "--from-env",
-        action="store_true",
-        help=f"read every parameter from {params.ENV_PREFIX}<MAKE VARIABLE> (`make policy`)",
-    )
+    _add_param_options(p, "policy")
+    _add_raw_dir(p)
+    _add_from_env(p, "policy", "every parameter from the environment")
     p.set_defaults(func=_cmd_policy)
 
 
-def _cmd_policy(args: argparse.Namespace) -> int:
+@_one_line_errors("policy")
+def _cmd_policy(args: argparse.Namespace) -> None:
     from kvqueue import schema
+    from kvqueue.policy import checks as policy_checks
     from kvqueue.policy import collect as policy_collect
 
-    names = [f.name for f in params.policy_fields()]
-    try:
-        if args.from_env:
-            given = [n for n in names if getattr(args, n) is not None]
-            if given:
-                raise BenchInputError(
-                    f"--from-env takes no other parameter (got {_option(given[0])})"
-                )
-            texts = params.policy_environment_texts(os.environ)
-        else:
-            texts = {n: getattr(args, n) for n in names}
-        raw_text = args.raw_dir or (
-            os.environ.get(params.ENV_PREFIX + "RAW_DIR", "") if args.from_env else ""
-        )
-        raw_dir = Path(raw_text or params.resolve_in_repo("data/raw")).resolve()
-        checked, info = params.check_policy(params.policy_from_text(texts))
-        run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
-        policy_collect.run_policy(checked, info, raw_dir, run_id)
-    except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
-        return _exit_status("make policy", exc)
-    return 0
+    texts = _texts(args, "policy")
+    raw_dir = _raw_dir(args)
+    checked, info = policy_checks.check(policy_params.from_text(texts))
+    run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
+    policy_collect.run_policy(checked, info, raw_dir, run_id)
 
 
 # ------------------------------------------------------------------ report
@@ -421,41 +507,20 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="rebuild data/processed and render the HTML report and the PR writeup",
         description="Build data/processed and render the HTML report and the PR writeup.",
     )
-    for name, (default, help_) in params.REPORT_PATHS.items():
+    for name, (default, help_) in report_params.REPORT_PATHS.items():
         if name != "figures_dir":  # figures go to <out>/figures
-            p.add_argument(
-                _option(name), type=Path, default=params.resolve_in_repo(default), help=help_
-            )
-    p.add_argument(
-        "--out", type=Path, default=params.resolve_in_repo("reports"), help="report folder"
-    )
+            p.add_argument(_option(name), type=Path, default=resolve_in_repo(default), help=help_)
+    p.add_argument("--out", type=Path, default=resolve_in_repo("reports"), help="report folder")
     p.add_argument("--notebook", type=Path, default=None, help="report notebook to run")
-    for f in fields(params.ReportSettings):
-        default = params.default_of(f)
-        text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
-        help_ = f"{text} (default: %(default)s)"
-        if f.name == "pairs":
-            shown = "; ".join(f"{c} vs {b}" for c, b in default)
-            p.add_argument(
-                "--pair",
-                dest="pairs",
-                nargs=2,
-                action="append",
-                metavar=("CANDIDATE", "BASELINE"),
-                help=f"{text} (repeatable; default: {shown})",
-            )
-        else:
-            p.add_argument(_option(f.name), type=type(default), default=default, help=help_)
+    _add_param_options(p, "report")
     p.set_defaults(func=_cmd_report)
 
 
+@_one_line_errors("report")
 def _cmd_report(args: argparse.Namespace) -> int:
     from kvqueue.report import build
 
-    values = {f.name: getattr(args, f.name) for f in fields(params.ReportSettings)}
-    if values["pairs"] is None:
-        values.pop("pairs")
-    settings = params.ReportSettings.from_dict(values)
+    settings = report_params.from_text(_texts(args, "report"))
     # Given paths are relative to the current folder, as on any command line.
     return build.report(
         raw_dir=args.raw_dir.resolve(),
@@ -484,8 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The one parser of ``python -m kvqueue`` (all subcommands)."""
     parser = _OneLineParser(
         prog="python -m kvqueue",
-        description="kvqueue-bench: validate, bench, quick, policy, report, sync-notebooks "
-        "(`python -m kvqueue COMMAND --help` for each).",
+        description="kvqueue-bench: validate, bench, quick, history, policy, report, "
+        "sync-notebooks (`python -m kvqueue COMMAND --help` for each).",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
@@ -506,9 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except BenchInputError as exc:
         command = argv[0] if argv and not argv[0].startswith("-") else ""
-        prefix = f"make {command}" if command in ("bench", "quick", "policy") else "kvqueue"
-        prefix = f"kvqueue {command}" if command and prefix == "kvqueue" else prefix
-        print(f"{prefix}: {exc}", file=sys.stderr)
+        print(f"{_prefix(command)}: {exc}", file=sys.stderr)
         return 2
     return int(args.func(args))
 

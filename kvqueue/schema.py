@@ -37,6 +37,7 @@ import copy
 import datetime as dt
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,9 @@ FILES_KEY = "files"
 
 RUN_JSON = "run.json"
 SAMPLES_CSV = "samples.csv"
-BENCH_NOTEBOOK = "bench.ipynb"
+#: The executed bench notebook in a run folder (its source is
+#: ``kvqueue.bench.notebook.BENCH_NOTEBOOK_PATH``).
+RUN_NOTEBOOK = "bench.ipynb"
 
 SAMPLE_COLUMNS = (
     "process",
@@ -144,9 +147,13 @@ RUN_KEYS_V2 = (
 CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")
 CONFIRM_CASES = ("alloc1", "alloc2", "remove")
 POOLS = (2048, 100_000)
-#: Smallest pool ``make bench`` accepts: alloc32 pops 32 blocks; remove needs interior blocks.
+#: Smallest pool a bench accepts and the gate checks: ``alloc32`` pops 32 blocks, and
+#: ``remove`` needs interior blocks.
 MIN_POOL = 64
 PHASES = ("main", "confirm")
+#: ``parameters.block_mode`` of a run: one ``KVCacheBlock`` class for every variant
+#: (``shared``), or each variant's release's own (``own``).
+BLOCK_MODES = ("shared", "own")
 
 
 # ------------------------------------------------------------------ run folders
@@ -287,6 +294,39 @@ class RunRecord:
     def to_json(self) -> str:
         """The ``run.json`` text of :meth:`as_dict` (:func:`run_json_text`)."""
         return run_json_text(self.as_dict())
+
+
+# ------------------------------------------------------------------ variant labels
+
+
+#: A variant's name in ``NAME=SOURCE``: short, no '/', no '=' (so it is never a path or a
+#: version pin; ``vllm==0.32.0`` has no name, ``base=vllm==0.32.0`` is named ``base``).
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]{0,39}$")
+
+
+def split_name(text: str) -> tuple[str | None, str]:
+    """Split ``"NAME=SOURCE"`` into ``("NAME", "SOURCE")``; ``(None, text)`` when unnamed.
+
+    A text that is an existing file is never split (a file may be called ``a=b.py``).
+    """
+    name, sep, rest = text.partition("=")
+    named = sep and rest and not rest.startswith("=") and _NAME_RE.match(name)
+    if named and not Path(text).is_file():
+        return name, rest
+    return None, text
+
+
+def variant_labels(sources: list[str]) -> list[str]:
+    """Return unique labels: the ``NAME=`` of a named source, else the source string; a
+    source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
+    seen: dict[str, int] = {}
+    labels = []
+    for text in sources:
+        name, source = split_name(text)
+        label = name or source
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
+    return labels
 
 
 # ------------------------------------------------------------------ samples.csv floats

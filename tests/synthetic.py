@@ -349,7 +349,7 @@ def write_hosts(
     Every case on both pools, a confirmation run, an A/A pair and the lower bound, with
     labels and paths as long as real ones; only ``samples`` is small (it does not
     change the size of any table). Report on it with ``pairs`` =
-    :data:`kvqueue.params.DEFAULT_PAIRS` + (:data:`THIRD_PAIR`,) for three comparisons.
+    :data:`kvqueue.params.report.DEFAULT_PAIRS` + (:data:`THIRD_PAIR`,) for three comparisons.
 
     Parameters
     ----------

@@ -25,10 +25,12 @@ from benchutil import (
     tree,
 )
 
-from kvqueue import params, schema
+from kvqueue import schema
 from kvqueue.analysis import rawdata
+from kvqueue.bench import checks as bench_checks
 from kvqueue.bench import notebook, runner
 from kvqueue.errors import BenchError, BenchInputError
+from kvqueue.params import bench as bench_params
 
 pytestmark = pytest.mark.slow
 CLI = (sys.executable, "-m", "kvqueue", "bench")
@@ -45,7 +47,7 @@ def _one_line(proc: subprocess.CompletedProcess, code: int, words: str) -> str:
     return lines[0]
 
 
-def _tiny(**changes: object) -> params.BenchParams:
+def _tiny(**changes: object) -> bench_params.BenchParams:
     values: dict[str, object] = {
         "host": "hard",
         "python": sys.executable,
@@ -60,7 +62,7 @@ def _tiny(**changes: object) -> params.BenchParams:
         "precision": 0.0,
     }
     values.update(changes)
-    return params.make_params(**values)
+    return bench_params.make_params(**values)
 
 
 # ------------------------------------------------------------------ interpreters
@@ -240,9 +242,9 @@ def test_kill_9_of_the_kernel_marks_the_run_failed_in_one_line(tmp_path: Path) -
 def test_a_colliding_run_id_never_files_its_notebook_into_the_other_run(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     winner = runner.run_bench(_tiny(), raw)
-    (winner / schema.BENCH_NOTEBOOK).write_text("the winner's record\n")
+    (winner / schema.RUN_NOTEBOOK).write_text("the winner's record\n")
     before = {p.name: p.read_bytes() for p in winner.iterdir()}
-    checked = params.check(_tiny())
+    checked = bench_checks.check(_tiny())
     with pytest.raises(BenchError, match="exists already; nothing was written"):
         notebook.run_bench_notebook(checked, raw, winner.name)
     assert {p.name: p.read_bytes() for p in winner.iterdir()} == before

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import params
+from kvqueue.bench import checks as bench_checks
 from kvqueue.errors import BenchInputError
 from kvqueue.history import collect as history_collect
+from kvqueue.params import bench as bench_params
+from kvqueue.params import history as history_params
 from kvqueue.sources import loader
 from kvqueue.sources.cache import MEMBER
 from kvqueue.sources.errors import ModuleMissing, ReleaseNotFound
@@ -135,33 +137,33 @@ def test_releases_text():
 
 
 def test_history_params_take_the_history_defaults():
-    texts = {f.name: None for f in params.bench_fields()}
+    texts = {f.name: None for f in bench_params.bench_fields()}
     texts["host"] = "box"
-    bench = history_collect.history_params(texts)
+    bench = history_params.from_text(texts)
     assert bench.cases == ("alloc1", "alloc8", "mix", "remove")
     assert bench.pools == (100_000,)
     assert bench.block_mode == "own"
     assert bench.confirm_processes == 0
     texts["pools"] = "2048"
-    assert history_collect.history_params(texts).pools == (2048,)
+    assert history_params.from_text(texts).pools == (2048,)
 
 
 @pytest.mark.parametrize("name", ["variants", "aa", "block_source"])
 def test_history_params_refuse_what_the_history_chooses(name):
-    texts = {f.name: None for f in params.bench_fields()}
+    texts = {f.name: None for f in bench_params.bench_fields()}
     texts.update(host="box", **{name: "1"})
     with pytest.raises(BenchInputError, match="chosen by make history"):
-        history_collect.history_params(texts)
+        history_params.from_text(texts)
 
 
 def test_history_params_refuse_shared_blocks():
     """Shared blocks would time versions differing in their block class alike: A/A noise."""
-    texts = {f.name: None for f in params.bench_fields()}
+    texts = {f.name: None for f in bench_params.bench_fields()}
     texts.update(host="box", block_mode="shared")
     with pytest.raises(BenchInputError, match=r"^BLOCK_MODE must be own for make history"):
-        history_collect.history_params(texts)
+        history_params.from_text(texts)
     texts["block_mode"] = "own"
-    assert history_collect.history_params(texts).block_mode == "own"
+    assert history_params.from_text(texts).block_mode == "own"
 
 
 def _broken_at(monkeypatch, release: str) -> None:
@@ -316,24 +318,20 @@ def test_note_says_when_the_run_shown_is_reduced():
 
 def test_make_history_budgets_the_whole_command(monkeypatch, tmp_path):
     """MAX_MINUTES counts from the command's start, as for make bench."""
-    import argparse
     import os
     import time
 
     from kvqueue import __main__ as cli
 
-    monkeypatch.delenv(params.BUDGET_START_ENV, raising=False)
+    monkeypatch.delenv(bench_params.BUDGET_START_ENV, raising=False)
     seen = []
     monkeypatch.setattr(
         history_collect,
         "run_history",
-        lambda *a, **k: seen.append(os.environ[params.BUDGET_START_ENV]),
-    )
-    args = argparse.Namespace(
-        from_env=False, host="box", python=None, releases="", raw_dir=tmp_path
+        lambda *a, **k: seen.append(os.environ[bench_params.BUDGET_START_ENV]),
     )
     before = time.time()
-    assert cli._cmd_history(args) == 0
+    assert cli.main(["history", "--host", "box", "--raw-dir", str(tmp_path)]) == 0
     assert len(seen) == 1 and before <= float(seen[0]) <= time.time()
 
 
@@ -351,9 +349,9 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
     found = history_collect.plan(listing=listing, progress=io.StringIO())
     monkeypatch.setattr(history_collect, "plan", lambda releases=None: found)
     python = {"executable": "python3", "version": "3.11.7", "tag": "cpython-311"}
-    monkeypatch.setattr(params, "check", lambda bench: params.Checked(bench, python))
+    monkeypatch.setattr(bench_checks, "check", lambda bench: bench_params.Checked(bench, python))
     monkeypatch.setenv("KVQUEUE_LOCK_FILE", str(tmp_path / "lock"))
-    monkeypatch.delenv(params.BUDGET_START_ENV, raising=False)
+    monkeypatch.delenv(bench_params.BUDGET_START_ENV, raising=False)
     gate_calls = []
 
     def gate(p, invalid="refuse"):

@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 from synthetic import write_fixture, write_run
 
-from kvqueue import params, schema
+from kvqueue import schema
 from kvqueue.analysis import ab, integrity, rawdata
+from kvqueue.params import report as report_params
 from kvqueue.report import processed
 
-FAST = params.ReportSettings(resamples=1000)
+FAST = report_params.ReportSettings(resamples=1000)
 REPO_RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
 #: 11 + 9 processes like the default protocol, few cases/pools/samples (rows are cheap).
 SMALL = {

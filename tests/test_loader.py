@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvqueue import schema
 from kvqueue.sources import cache, loader
 
 KVQUEUE_DIR = Path(loader.__file__).resolve().parent.parent
@@ -223,9 +224,9 @@ def test_kvqueue_baseline_uses_the_stand_in_block():
 
 
 def test_variant_labels():
-    assert loader.variant_labels(["a", "a"]) == ["a", "a#2"]
-    assert loader.variant_labels(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
-    assert loader.variant_labels([]) == []
+    assert schema.variant_labels(["a", "a"]) == ["a", "a#2"]
+    assert schema.variant_labels(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
+    assert schema.variant_labels([]) == []
 
 
 def test_aa_pair_labels(good_path):
@@ -473,12 +474,12 @@ def test_no_sources():
 
 
 def test_a_name_labels_a_source_and_the_source_is_recorded_beside_it(good_path):
-    assert loader.split_name("base=kvqueue") == ("base", "kvqueue")
-    assert loader.split_name("vllm==0.32.0") == (None, "vllm==0.32.0")
-    assert loader.split_name("new=vllm==0.32.0") == ("new", "vllm==0.32.0")
-    assert loader.split_name("./a=b.py") == (None, "./a=b.py")  # a path, not a name
-    assert loader.split_name("git:/r@main") == (None, "git:/r@main")
-    labels = loader.variant_labels(["base=kvqueue", f"mine={good_path}", "base=kvqueue"])
+    assert schema.split_name("base=kvqueue") == ("base", "kvqueue")
+    assert schema.split_name("vllm==0.32.0") == (None, "vllm==0.32.0")
+    assert schema.split_name("new=vllm==0.32.0") == ("new", "vllm==0.32.0")
+    assert schema.split_name("./a=b.py") == (None, "./a=b.py")  # a path, not a name
+    assert schema.split_name("git:/r@main") == (None, "git:/r@main")
+    labels = schema.variant_labels(["base=kvqueue", f"mine={good_path}", "base=kvqueue"])
     assert labels == ["base", "mine", "base#2"]
     variants = loader.load_variants(["base=kvqueue", f"mine={good_path}"])
     assert [v.label for v in variants] == ["base", "mine"]
@@ -490,6 +491,6 @@ def test_a_name_labels_a_source_and_the_source_is_recorded_beside_it(good_path):
 def test_a_file_whose_name_holds_an_equals_sign_stays_a_file(tmp_path, good_text):
     odd = tmp_path / "a=b.py"
     odd.write_text(good_text, encoding="utf-8")
-    assert loader.split_name(str(odd)) == (None, str(odd))
+    assert schema.split_name(str(odd)) == (None, str(odd))
     (variant,) = loader.load_variants([str(odd)])
     assert variant.label == str(odd)

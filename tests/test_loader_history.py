@@ -265,12 +265,14 @@ def test_worker_refuses_a_block_class_changed_since_the_gate(good_path):
 def test_runner_passes_the_gates_block_sha256_to_the_worker(monkeypatch, good_path):
     import sys
 
-    from kvqueue import params
     from kvqueue.bench import runner
+    from kvqueue.params import bench as bench_params
 
     seen = {}
     monkeypatch.setattr(runner, "_run_worker", lambda py, spec, timeout: seen.update(spec))
-    p = params.make_params(host="box", python=sys.executable, variants=[str(good_path), "kvqueue"])
+    p = bench_params.make_params(
+        host="box", python=sys.executable, variants=[str(good_path), "kvqueue"]
+    )
     runner.run_process(p, "main", 1, 7, {"a": "q"}, {"a": "b"})
     assert seen["expected_sha256"] == {"a": "q"} and seen["expected_block_sha256"] == {"a": "b"}
 

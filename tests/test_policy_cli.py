@@ -1,6 +1,7 @@
-"""`make policy` / `python -m kvqueue policy`: parameters agree with the Makefile and
-the CLI, bad input is one line with nothing written, and (slow) a tiny run end to end:
-the run folder, its seal, and the processed policy table."""
+"""`make policy` / `python -m kvqueue policy`: bad input is one line with nothing
+written, and (slow) a tiny run end to end: the run folder, its seal, and the processed
+policy table. That the parameters agree with the Makefile, the CLI and its help is
+``tests/test_params.py``'s."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ from types import SimpleNamespace
 import pytest
 
 from kvqueue import __main__ as cli
-from kvqueue import child, params, schema
+from kvqueue import child, schema
 from kvqueue.bench import runfiles
-from kvqueue.params import ReportSettings
+from kvqueue.errors import BenchInputError
+from kvqueue.params import policy as policy_params
+from kvqueue.params.report import ReportSettings
 from kvqueue.policy import analyze as policy_analyze
+from kvqueue.policy import checks as policy_checks
 from kvqueue.policy import collect as policy_collect
 from kvqueue.policy import report as policy_report
 from kvqueue.policy import worker as policy_worker
@@ -33,34 +37,8 @@ TINY = [
 ]  # fmt: skip
 
 
-def _subparser(name: str):
-    parser = cli.build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    return sub.choices[name]
-
-
-def test_makefile_policy_variables_are_the_fields() -> None:
-    text = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
-    match = re.search(r"^POLICY_VARS := ((?:.*\\\n)*.*)$", text, flags=re.M)
-    assert match, "Makefile has no POLICY_VARS list"
-    listed = match.group(1).replace("\\\n", " ").split()
-    assert listed == [params.spec_of(f).make for f in params.policy_fields()]
-
-
-def test_cli_options_are_the_policy_fields() -> None:
-    options = {a.dest for a in _subparser("policy")._actions if a.option_strings} - {"help"}
-    assert options == {f.name for f in params.policy_fields()} | {"raw_dir", "from_env"}
-
-
-def test_policy_help_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        cli.main(["policy", "--help"])
-    assert info.value.code == 0
-    assert "WINDOWS" in capsys.readouterr().out
-
-
 def test_policies_follow_the_windows() -> None:
-    p = params.policy_from_text({"host": "h", "windows": "2 inf"})
+    p = policy_params.from_text({"host": "h", "windows": "2 inf"})
     assert p.policies == ["lru", "contig-w2", "contig-inf"]
     assert p.workload()["pool"] == 16_384
 
@@ -79,8 +57,15 @@ def test_policies_follow_the_windows() -> None:
 )
 def test_bad_policy_input_is_one_line(given: dict, words: str) -> None:
     given = given if words.startswith("HOST") else {"host": "h", **given}
-    with pytest.raises(params.BenchInputError, match=re.escape(words)):
-        params.policy_from_text(given)
+    with pytest.raises(BenchInputError, match=re.escape(words)):
+        policy_checks.check_values(policy_params.from_text(given))
+
+
+def test_the_workload_is_checked_by_the_policy_checks() -> None:
+    """The churn workload's own check needs the policy modules: params cannot run it."""
+    p = policy_params.from_text({"host": "h", "pool": "100"})
+    with pytest.raises(BenchInputError, match="workload: prefill_max"):
+        policy_checks.check_values(p)
 
 
 def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
@@ -134,12 +119,12 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     ],
 )
 def test_more_bad_policy_input_is_one_line(given: dict, words: str) -> None:
-    with pytest.raises(params.BenchInputError, match=re.escape(words)):
-        params.policy_from_text({"host": "h", **given})
+    with pytest.raises(BenchInputError, match=re.escape(words)):
+        policy_checks.check_values(policy_params.from_text({"host": "h", **given}))
 
 
 def test_any_whole_window_is_a_policy_the_workers_resolve() -> None:
-    p = params.policy_from_text({"host": "h", "windows": "3 1000"})
+    p = policy_params.from_text({"host": "h", "windows": "3 1000"})
     assert p.policies == ["lru", "contig-w3", "contig-w1000"]
     result = policy_worker.run_check_spec(
         {"source": "kvqueue", "policies": ["lru", "contig-w3"], "threshold": 8, "seed": 2}
@@ -149,7 +134,9 @@ def test_any_whole_window_is_a_policy_the_workers_resolve() -> None:
 
 def _no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     # check_policy probes PYTHON in a subprocess; the variant check is what is tested.
-    monkeypatch.setattr(params, "check_python", lambda python: (sys.executable, {"tag": "t"}))
+    monkeypatch.setattr(
+        policy_checks, "check_python", lambda python: (sys.executable, {"tag": "t"})
+    )
 
 
 @pytest.mark.parametrize(
@@ -160,8 +147,8 @@ def test_a_variant_without_the_policy_api_is_refused(
     variant: str, words: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _no_probe(monkeypatch)
-    with pytest.raises(params.BenchInputError, match=re.escape(words)):
-        params.check_policy(params.policy_from_text({"host": "h", "variant": variant}))
+    with pytest.raises(BenchInputError, match=re.escape(words)):
+        policy_checks.check(policy_params.from_text({"host": "h", "variant": variant}))
     raw = tmp_path / "raw"
     code = cli.main(["policy", "--host", "h", "--variant", variant, "--raw-dir", str(raw)])
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,11 +13,11 @@ import pytest
 from synthetic import write_fixture, write_run
 
 from kvqueue import __main__ as cli
-from kvqueue import params
 from kvqueue.analysis import ab, rawdata
+from kvqueue.params import report as report_params
 from kvqueue.report import ab_tables, check_tables, processed, provenance
 
-FAST = params.ReportSettings(resamples=2000)
+FAST = report_params.ReportSettings(resamples=2000)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_ensure_reuses_then_rebuilds_on_change(fixture_raw: Path, tmp_path: Path
     stamp = (out / "summary.csv").stat().st_mtime_ns
     processed.ensure(raw, out, FAST)
     assert (out / "summary.csv").stat().st_mtime_ns == stamp  # reused
-    data = processed.ensure(raw, out, params.ReportSettings(resamples=2000, delta=0.02))
+    data = processed.ensure(raw, out, report_params.ReportSettings(resamples=2000, delta=0.02))
     assert data.settings.delta == 0.02
     assert json.loads((out / processed.MANIFEST).read_text())["settings"]["delta"] == 0.02
 
@@ -142,7 +142,7 @@ def test_order_effect_warning(tmp_path: Path) -> None:
 
 
 def test_comparisons_for_run() -> None:
-    pairs = params.DEFAULT_PAIRS
+    pairs = report_params.DEFAULT_PAIRS
     labels = ["vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor", "vllm==0.32.0#2"]
     got = ab.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
     assert got == [
@@ -326,7 +326,7 @@ def test_tables_from_a_real_quick_harness_run(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    settings = params.ReportSettings(pairs=(("kvqueue:floor", "kvqueue"),), resamples=2000)
+    settings = report_params.ReportSettings(pairs=(("kvqueue:floor", "kvqueue"),), resamples=2000)
     data = processed.build(raw, tmp_path / "p", settings)
     assert data.runs["included"].all()
     assert set(data.summary["kind"]) == {"pair", "aa"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import params
+from kvqueue.params import bench as bench_params
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -56,9 +56,9 @@ def test_quick_refuses_bad_input_in_one_line() -> None:
 
 
 def test_quick_defaults_are_small_and_exist_as_fields() -> None:
-    names = {f.name for f in params.bench_fields()}
-    assert set(params.QUICK_LOOP_DEFAULTS) <= names
-    p = params.make_params(host="quick", **params.QUICK_LOOP_DEFAULTS)
+    names = {f.name for f in bench_params.bench_fields()}
+    assert set(bench_params.QUICK_LOOP_DEFAULTS) <= names
+    p = bench_params.make_params(host="quick", **bench_params.QUICK_LOOP_DEFAULTS)
     assert p.confirm_processes == 0 and len(p.pools) == 1
 
 

@@ -10,15 +10,17 @@ from pathlib import Path
 
 from synthetic import write_fixture
 
-from kvqueue import params
+from kvqueue.params import bench as bench_params
+from kvqueue.params import report as report_params
+from kvqueue.params.spec import parse_value, spec_of
 from kvqueue.report import processed, prose
 
-FAST = params.ReportSettings(resamples=500)
+FAST = report_params.ReportSettings(resamples=500)
 
 
-def _unusual() -> params.BenchParams:
+def _unusual() -> bench_params.BenchParams:
     """Parameters with every field away from its default (where the check allows)."""
-    return params.make_params(
+    return bench_params.make_params(
         host="h",
         python=sys.executable,
         processes=7,
@@ -46,22 +48,22 @@ def _unusual() -> params.BenchParams:
 def test_assignments_parse_back_to_the_recorded_values() -> None:
     p = _unusual()
     record = p.record()
-    assigned = dict(params.make_assignments(record))
-    by_make = {params.spec_of(f).make: f for f in params.bench_fields()}
+    assigned = dict(bench_params.make_assignments(record))
+    by_make = {spec_of(f).make: f for f in bench_params.bench_fields()}
     assert set(assigned) == set(by_make) - {"HOST", "PYTHON", "VARIANTS"}
     for var, text in assigned.items():
         f = by_make[var]
-        value = params.parse_value(f.name, params.spec_of(f), text)
+        value = parse_value(f.name, spec_of(f), text)
         want = getattr(p, f.name)
         assert value == want, (var, text, want)
 
 
 def test_a_default_is_written_out_and_a_legacy_run_gets_its_behaviour() -> None:
-    record = params.make_params(host="h", python=sys.executable).record()
-    assert dict(params.make_assignments(record))["PRECISION"] == "0.5"
+    record = bench_params.make_params(host="h", python=sys.executable).record()
+    assert dict(bench_params.make_assignments(record))["PRECISION"] == "0.5"
     # A schema-1 run recorded neither field: it had no precision target and one layout.
     del record["precision"], record["epochs"], record["max_processes"]
-    legacy = dict(params.make_assignments(record))
+    legacy = dict(bench_params.make_assignments(record))
     assert legacy["PRECISION"] == "0" and legacy["EPOCHS"] == "1"
     assert "MAX_PROCESSES" not in legacy
 
@@ -75,7 +77,7 @@ def test_reproduce_command_names_every_parameter(tmp_path: Path) -> None:
     found = {w.split("=", 1)[0] for w in words if re.match(r"^[A-Z_]+=", w)}
     # The fixture's runs are of the legacy kind (no precision target recorded): every
     # field but the caps of a target they did not have and the empty BLOCK_SOURCE.
-    wanted = {params.spec_of(f).make for f in params.bench_fields()}
+    wanted = {spec_of(f).make for f in bench_params.bench_fields()}
     wanted -= {"BLOCK_SOURCE", "MAX_PROCESSES", "MAX_MINUTES"}
     assert wanted <= found, sorted(wanted - found)
     assert "PRECISION=0" in words and "EPOCHS=1" in words

@@ -19,8 +19,8 @@ from kvqueue import hostinfo, params, schema
 from kvqueue.analysis import rawdata
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError
-from kvqueue.policy import collect as policy_collect
 from kvqueue.policy import analyze as policy_analyze
+from kvqueue.policy import collect as policy_collect
 
 RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
 #: policy.csv's name and columns, as the policy run's table writes them.

@@ -28,10 +28,10 @@ from benchutil import (
     tree,
 )
 
-from kvqueue import params as kvparams
 from kvqueue import schema
 from kvqueue.bench import runner
-from kvqueue.errors import BenchError
+from kvqueue.errors import BenchError, BenchInputError
+from kvqueue.params import bench as bench_params
 
 #: Every test here starts worker, gate or CLI processes.
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ HOST = "unit"
 GATE_OPS = 2_000
 
 
-def tiny_params(**changes) -> kvparams.BenchParams:
+def tiny_params(**changes) -> bench_params.BenchParams:
     values = {
         "variants": list(VARIANTS),
         "processes": 2,
@@ -54,11 +54,11 @@ def tiny_params(**changes) -> kvparams.BenchParams:
         "precision": 0.0,
     }
     values.update(changes)
-    return kvparams.make_params(host=HOST, python=sys.executable, **values)
+    return bench_params.make_params(host=HOST, python=sys.executable, **values)
 
 
 @pytest.fixture(scope="module")
-def complete_run(tmp_path_factory) -> tuple[kvparams.BenchParams, Path]:
+def complete_run(tmp_path_factory) -> tuple[bench_params.BenchParams, Path]:
     """(params, run folder) of one complete tiny run."""
     raw = tmp_path_factory.mktemp("raw")
     params = tiny_params()
@@ -255,7 +255,7 @@ def test_gate_refusal_writes_nothing(tmp_path, capsys, broken_queue):
 def test_unknown_source_refused_before_the_gate(tmp_path):
     raw = tmp_path / "raw"
     params = tiny_params(variants=["kvqueue", str(tmp_path / "missing.py")])
-    with pytest.raises(kvparams.BenchInputError, match=r"missing\.py"):
+    with pytest.raises(BenchInputError, match=r"missing\.py"):
         runner.run_bench(params, raw)
     assert not raw.exists()
 

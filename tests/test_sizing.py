@@ -9,10 +9,11 @@ import sys
 import pytest
 from scipy import stats as sps
 
-from kvqueue import params
 from kvqueue.analysis import rawdata
 from kvqueue.bench import runner, sizing
 from kvqueue.history import sizing as history_sizing
+from kvqueue.params import bench as bench_params
+from kvqueue.params import report as report_params
 
 
 @pytest.mark.parametrize("df", [3, 5, 10, 20, 40, 100])
@@ -125,7 +126,7 @@ def test_no_target_means_the_pilot_is_the_run() -> None:
 
 @pytest.mark.slow
 def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
-    p = params.make_params(
+    p = bench_params.make_params(
         host="sized",
         python=sys.executable,
         variants=["kvqueue", "kvqueue:floor"],
@@ -155,14 +156,14 @@ def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> N
     """MAX_MINUTES covers the whole command: the CLI leaves its start time behind."""
     from kvqueue.bench import runner
 
-    monkeypatch.setenv(params.BUDGET_START_ENV, "1000.0")
+    monkeypatch.setenv(bench_params.BUDGET_START_ENV, "1000.0")
     assert runner._seconds_since_launch(now=1025.5) == 25.5
     # Not this launch's: in the future, over an hour old, or not a number.
     assert runner._seconds_since_launch(now=900.0) == 0.0
     assert runner._seconds_since_launch(now=1000.0 + 7200) == 0.0
-    monkeypatch.setenv(params.BUDGET_START_ENV, "soon")
+    monkeypatch.setenv(bench_params.BUDGET_START_ENV, "soon")
     assert runner._seconds_since_launch(now=1025.5) == 0.0
-    monkeypatch.delenv(params.BUDGET_START_ENV)
+    monkeypatch.delenv(bench_params.BUDGET_START_ENV)
     assert runner._seconds_since_launch(now=1025.5) == 0.0
 
 
@@ -177,12 +178,15 @@ def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
     pairs, cases = history_sizing.sizing_targets(record)
     assert pairs == (("c", "b"), ("b", "a")) and cases == ("alloc1", "alloc8")
     assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8"]}}) == (
-        params.DEFAULT_PAIRS,
+        report_params.DEFAULT_PAIRS,
         sizing.HEADLINE_CASES,
     )
     # The runner sniffs no kind: a bench run is sized for the bench's targets whatever
     # its record says; a history passes its own (kvqueue.history.collect.run_history).
-    assert runner.BENCH.sizing_targets(record) == (params.DEFAULT_PAIRS, sizing.HEADLINE_CASES)
+    assert runner.BENCH.sizing_targets(record) == (
+        report_params.DEFAULT_PAIRS,
+        sizing.HEADLINE_CASES,
+    )
     rows = []
     for pr in range(1, 12):
         for variant, ns in (("c", 50.0 + pr), ("b", 80.0), ("a", 100.0)):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvqueue import params
 from kvqueue.analysis import simulation, stats
+from kvqueue.params import report as report_params
 
 CELL = ["case", "pool"]
 
@@ -137,7 +137,7 @@ def test_report_defaults() -> None:
     boot = stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="percentile")
     assert boot.method == "percentile" and boot.resamples >= 10_000
     # The report's setting names a method this module knows (today or after the switch).
-    assert params.ReportSettings().method in stats.METHODS
+    assert report_params.ReportSettings().method in stats.METHODS
 
 
 @pytest.mark.parametrize(

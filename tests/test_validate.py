@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue import params, schema
+from kvqueue import schema
 from kvqueue.gate import gate, invalid, model, naming, sizes
 from kvqueue.sources import loader
 from kvqueue.subject import cases
@@ -726,7 +726,6 @@ def small_queue_gate(size_file, baseline):
 
 
 def test_default_sizes_are_the_timed_pools_and_the_minimum():
-    assert schema.MIN_POOL == params.MIN_POOL
     assert (schema.MIN_POOL, *schema.POOLS) == sizes.DEFAULT_SIZES
     gate_params = inspect.signature(gate.gate).parameters
     assert gate_params["sizes"].default == sizes.DEFAULT_SIZES

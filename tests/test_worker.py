@@ -29,7 +29,7 @@ def make_spec(**changes) -> dict:
     """A tiny worker spec (three variants so a round has 6 possible orders)."""
     spec = {
         "sources": SOURCES,
-        "labels": loader.variant_labels(SOURCES),
+        "labels": schema.variant_labels(SOURCES),
         "block_source": None,
         "expected_sha256": {},
         "cases": ["alloc1", "mix", "remove"],
@@ -194,7 +194,7 @@ def test_unknown_source_is_refused(tmp_path):
 
 def test_aa_duplicate_labels_are_timed_separately():
     sources = ["kvqueue", "kvqueue:floor", "kvqueue"]
-    labels = loader.variant_labels(sources)
+    labels = schema.variant_labels(sources)
     assert labels == ["kvqueue", "kvqueue:floor", "kvqueue#2"]
     result = worker_result(
         make_spec(sources=sources, labels=labels, cases=["alloc2"], pools=[64], samples=2)
@@ -295,7 +295,7 @@ def _chain(q) -> list:
 
 def _shared_pool(size: int) -> tuple[worker.SharedPool, list[str]]:
     variants = loader.load_variants(SOURCES)
-    labels = loader.variant_labels(SOURCES)
+    labels = schema.variant_labels(SOURCES)
     queues = {label: v.queue_cls for label, v in zip(labels, variants, strict=True)}
     return worker.SharedPool(size, variants[0].block_cls, queues), labels
 

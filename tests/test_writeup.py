@@ -18,10 +18,11 @@ import pandas as pd
 import pytest
 from synthetic import PYTHONS, THIRD_PAIR, write_fixture, write_hosts
 
-from kvqueue import formatting, params
+from kvqueue import formatting
+from kvqueue.params import report as report_params
 from kvqueue.report import figures, frames, html, processed, provenance, sections, writeup
 
-FAST = params.ReportSettings(resamples=2000)
+FAST = report_params.ReportSettings(resamples=2000)
 VISIBLE_BUDGET = 8_000
 WHOLE_BUDGET = 60_000
 FIGURE_FILES = {name: Path(f"/r/figures/{name}.png") for name in figures.FIGURES}
@@ -36,7 +37,9 @@ def one_host(tmp_path_factory: pytest.TempPathFactory) -> processed.Processed:
     """One host x four interpreters, two comparisons: the shape of the committed data."""
     root = tmp_path_factory.mktemp("one-host")
     write_hosts(root / "raw", hosts=1)
-    return processed.build(root / "raw", root / "processed", params.ReportSettings(resamples=500))
+    return processed.build(
+        root / "raw", root / "processed", report_params.ReportSettings(resamples=500)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,9 @@ def test_visible_part_within_budget_one_host(one_host: processed.Processed) -> N
 @pytest.mark.slow
 def test_whole_writeup_within_budget_four_hosts_three_comparisons(tmp_path: Path) -> None:
     write_hosts(tmp_path / "raw", hosts=4)
-    settings = params.ReportSettings(pairs=(*params.DEFAULT_PAIRS, THIRD_PAIR), resamples=200)
+    settings = report_params.ReportSettings(
+        pairs=(*report_params.DEFAULT_PAIRS, THIRD_PAIR), resamples=200
+    )
     data = processed.build(tmp_path / "raw", tmp_path / "processed", settings)
     md = _writeup(data)
     assert len(md) <= WHOLE_BUDGET, len(md)

@@ -42,7 +42,8 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.analysis import rawdata, stats
 from kvqueue.analysis.comparisons import AA, PAIR, aa_original, comparisons_for_run
-from kvqueue.params import ReportSettings, make_assignments
+from kvqueue.params.bench import make_assignments
+from kvqueue.params.report import ReportSettings
 
 CELL = schema.CELL
 COMPARISON = schema.COMPARISON

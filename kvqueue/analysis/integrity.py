@@ -49,8 +49,8 @@ def check_digests(
         return SEALED, "run.json records no digest of samples.csv"
     if sealed["sha256"] != samples_sha256:
         return SEALED, "samples.csv sha256 differs from run.json (edited after the run)"
-    notebook = run_dir / schema.BENCH_NOTEBOOK
-    nb_sealed = files.get(schema.BENCH_NOTEBOOK)
+    notebook = run_dir / schema.RUN_NOTEBOOK
+    nb_sealed = files.get(schema.RUN_NOTEBOOK)
     if nb_sealed is None:
         return (SEALED_NOTEBOOK_UNSEALED if notebook.is_file() else SEALED), None
     if not notebook.is_file():

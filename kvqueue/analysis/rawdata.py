@@ -505,7 +505,7 @@ def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
     if files is None:
         return
     _require(isinstance(files, dict), path, f"{schema.FILES_KEY} must be an object")
-    for name in (schema.SAMPLES_CSV, schema.BENCH_NOTEBOOK):
+    for name in (schema.SAMPLES_CSV, schema.RUN_NOTEBOOK):
         entry = files.get(name)
         if entry is None:
             continue

@@ -44,10 +44,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from kvqueue.params import ReportSettings
-
-# The defaults live in kvqueue.params.ReportSettings (the report's one parameter source).
-_DEFAULTS = ReportSettings()
 #: Interval of a reduction: the interpolated order-statistic interval of the median.
 ORDER_STATISTIC = "hettmansperger-sheather"
 #: :func:`scipy.stats.bootstrap` methods accepted as ``method`` (a bootstrap of the median).
@@ -59,10 +55,12 @@ CI_METHOD = ORDER_STATISTIC
 #: Bootstrap method of the order-effect and floor-gap intervals when ``method`` names no
 #: bootstrap method.
 BOOTSTRAP_METHOD = "percentile"
-DEFAULT_CONFIDENCE = _DEFAULTS.confidence
-DEFAULT_RESAMPLES = _DEFAULTS.resamples
-DEFAULT_SEED = _DEFAULTS.seed
-DEFAULT_DELTA = _DEFAULTS.delta
+#: Defaults of the keyword arguments: those of :class:`kvqueue.params.report.ReportSettings`
+#: (the report passes its settings; ``tests/test_params.py`` checks that they agree).
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_BOOTSTRAP_SEED = 20261129
+DEFAULT_DELTA = 0.01
 #: Fewest processes for which a CI is reported. An interval for a median from n values
 #: (order statistics or a percentile bootstrap) lies within [min, max], and the true
 #: median falls outside that range with probability 2 / 2**n: below 6 processes
@@ -279,7 +277,7 @@ def bootstrap_interval(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
     method: str = BOOTSTRAP_METHOD,
     min_n: int = MIN_PROCESSES,
 ) -> Interval:
@@ -338,7 +336,7 @@ def reduction_interval(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
     method: str = CI_METHOD,
 ) -> Interval:
     """Headline estimate: ``1 - median_p r(p)`` with its CI over processes.
@@ -447,7 +445,7 @@ def summarize_pair(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
     method: str = CI_METHOD,
     delta: float = DEFAULT_DELTA,
 ) -> dict[str, object]:
@@ -541,7 +539,7 @@ def order_effect(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
     method: str = CI_METHOD,
 ) -> Interval:
     """Order-effect check: time at the last position of a round relative to the first.
@@ -586,7 +584,7 @@ def gap_closed(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
     method: str = CI_METHOD,
 ) -> Interval:
     """Share of the baseline-to-bound gap that the candidate closes.

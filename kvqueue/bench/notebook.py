@@ -18,13 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, params, schema
+from kvqueue import hostinfo, schema
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.kernel import quiet_kernel_manager_class
+from kvqueue.params import bench as bench_params
+from kvqueue.params import report as report_params
 
-BENCH_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "bench.ipynb"
-REPORT_NOTEBOOK = hostinfo.PROJECT_DIR / "notebooks" / "report.ipynb"
+BENCH_NOTEBOOK_PATH = hostinfo.PROJECT_DIR / "notebooks" / "bench.ipynb"
+REPORT_NOTEBOOK_PATH = hostinfo.PROJECT_DIR / "notebooks" / "report.ipynb"
 _ERRORS = {
     "BenchInputError": BenchInputError,
     "GateRefused": GateRefused,
@@ -69,7 +71,7 @@ def _sigint_goes_to_the_kernel() -> Iterator[type]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> Path:
+def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str) -> Path:
     """Run the protocol through the bench notebook; return the run folder.
 
     Parameters
@@ -95,13 +97,13 @@ def run_bench_notebook(checked: params.Checked, raw_dir: Path, run_id: str) -> P
     run_dir = schema.run_path(raw_dir, checked.params.host, run_id)
     _remove_stale_temp_folders()
     with tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
-        out = Path(tmp) / schema.BENCH_NOTEBOOK
+        out = Path(tmp) / schema.RUN_NOTEBOOK
         try:
             with _sigint_goes_to_the_kernel() as kernel_manager_class, _quiet_kernel_logs():
                 pm.execute_notebook(
-                    str(BENCH_NOTEBOOK),
+                    str(BENCH_NOTEBOOK_PATH),
                     str(out),
-                    parameters=params.bench_notebook_parameters(
+                    parameters=bench_params.bench_notebook_parameters(
                         checked, raw_dir, run_id, launcher_pid=os.getpid()
                     ),
                     progress_bar=False,
@@ -189,8 +191,8 @@ def parameters_cell_source(path: Path) -> str:
 def expected_parameters_cells() -> dict[Path, str]:
     """Each notebook and the ``parameters`` cell generated for it by :mod:`kvqueue.params`."""
     return {
-        BENCH_NOTEBOOK: params.bench_parameters_cell(),
-        REPORT_NOTEBOOK: params.report_parameters_cell(),
+        BENCH_NOTEBOOK_PATH: bench_params.bench_parameters_cell(),
+        REPORT_NOTEBOOK_PATH: report_params.report_parameters_cell(),
     }
 
 

@@ -1,7 +1,7 @@
 """``make quick``: a fast A/B loop for tuning a queue, printed in the terminal.
 
 The same gate and the same paired, order-randomized worker processes as ``make bench``,
-with small defaults (:data:`kvqueue.params.QUICK_LOOP_DEFAULTS`), a progress line per
+with small defaults (:data:`kvqueue.params.bench.QUICK_LOOP_DEFAULTS`), a progress line per
 process, and the comparison table (reduction, interval, verdict) at the end. Nothing is
 written under ``data/raw``: evidence for a pull request comes from ``make bench``; this
 is for the many short loops in between.
@@ -15,18 +15,23 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from kvqueue import params, schema
+from kvqueue import schema
 from kvqueue.analysis import ab, stats
+from kvqueue.bench import checks as bench_checks
 from kvqueue.bench import runner
 from kvqueue.formatting import fmt_interval, fmt_signed_pct
-from kvqueue.params import BenchParams
+from kvqueue.params import bench as bench_params
+from kvqueue.params.bench import BenchParams, Checked
+from kvqueue.params.report import ReportSettings
 
 _CELL = ("case", "pool")
 
 
 def quick_params(given: dict[str, Any]) -> BenchParams:
     """Checked parameters of a quick loop: the quick defaults under what was given."""
-    return params.make_params(**{"host": "quick", **params.QUICK_LOOP_DEFAULTS, **given})
+    return bench_params.make_params(
+        **{"host": "quick", **bench_params.QUICK_LOOP_DEFAULTS, **given}
+    )
 
 
 def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
@@ -42,7 +47,7 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
     BenchInputError, GateRefused, BenchError
         As ``make bench`` (one line each).
     """
-    checked = params.check(p)
+    checked = bench_checks.check(p)
     p = checked.params
     start = time.monotonic()
     with runner.machine_lock("make quick"):
@@ -67,7 +72,7 @@ def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:
     """Every variant against the baseline, per (case, pool), with the report's statistics."""
     labels = p.labels
     medians = stats.process_medians(samples, _CELL)
-    settings = params.ReportSettings()
+    settings = ReportSettings()
     rows = []
     comparisons = ab.comparisons_for_run(labels, labels[0], [], ())
     for cand, base, kind in comparisons:
@@ -83,7 +88,7 @@ def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def format_table(table: pd.DataFrame, checked: params.Checked, seconds: float) -> str:
+def format_table(table: pd.DataFrame, checked: Checked, seconds: float) -> str:
     """The comparison as a fixed-width text table with a header line."""
     p = checked.params
     head = (

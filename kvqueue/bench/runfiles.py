@@ -285,7 +285,7 @@ def file_notebook(run_dir: Path, notebook: Path) -> None:
     The copy never replaces an existing ``bench.ipynb`` (write-once).
     """
     data = notebook.read_bytes()
-    dest = run_dir / schema.BENCH_NOTEBOOK
+    dest = run_dir / schema.RUN_NOTEBOOK
     with open(dest, "xb") as fh:
         fh.write(data)
         fh.flush()
@@ -293,7 +293,7 @@ def file_notebook(run_dir: Path, notebook: Path) -> None:
     record = read_run_json(run_dir)
     if record is None:
         return
-    record.setdefault(schema.FILES_KEY, {})[schema.BENCH_NOTEBOOK] = {"sha256": sha256_bytes(data)}
+    record.setdefault(schema.FILES_KEY, {})[schema.RUN_NOTEBOOK] = {"sha256": sha256_bytes(data)}
     write_run_json(run_dir, record)
 
 

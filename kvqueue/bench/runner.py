@@ -1,10 +1,10 @@
 """Run the timing protocol on one host and write ``data/raw/<host>/<run-id>/``.
 
-The last step of the bench route (``__main__`` -> ``params.check`` -> ``notebook_run``
+The last step of the bench route (``__main__`` -> ``bench.checks.check`` -> ``notebook_run``
 -> ``bench.ipynb`` -> here -> ``worker``); see ``docs/design.md`` §9. Order of work:
 
-1. take :class:`kvqueue.params.Checked` parameters (checked once, by the CLI; a bare
-   :class:`~kvqueue.params.BenchParams` is checked here) — bad input writes nothing;
+1. take :class:`kvqueue.params.bench.Checked` parameters (checked once, by the CLI; a bare
+   :class:`~kvqueue.params.bench.BenchParams` is checked here) — bad input writes nothing;
 2. run the validation gate under the interpreter being MEASURED — a refused variant
    writes nothing;
 3. create the run folder (never reusing one) and ``run.json`` with status ``running``;
@@ -31,17 +31,13 @@ from typing import Any
 
 from kvqueue import child, hostinfo, schema
 from kvqueue.bench import runfiles, sizing
+from kvqueue.bench.checks import check
 from kvqueue.bench.runfiles import RunWriter
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.gate import model
-from kvqueue.params import (
-    BUDGET_START_ENV,
-    DEFAULT_PAIRS,
-    MIN_POOL,
-    BenchParams,
-    Checked,
-    check,
-)
+from kvqueue.params.bench import BUDGET_START_ENV, BenchParams, Checked
+from kvqueue.params.report import DEFAULT_PAIRS
+from kvqueue.schema import MIN_POOL
 
 RAW_DIR = hostinfo.PROJECT_DIR / "data" / "raw"
 #: A variant that never returns must not hang a bench forever. The gate takes 2-6 s per
@@ -334,8 +330,8 @@ def run_bench(
     Parameters
     ----------
     params
-        Parameters checked by :func:`kvqueue.params.check`; bare
-        :class:`~kvqueue.params.BenchParams` are checked here (once).
+        Parameters checked by :func:`kvqueue.bench.checks.check`; bare
+        :class:`~kvqueue.params.bench.BenchParams` are checked here (once).
     raw_dir
         Root of the raw data (``data/raw``).
     run_id

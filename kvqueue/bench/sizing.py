@@ -193,7 +193,7 @@ def size_run(
         Time used so far (gate included), and the time still needed after the main phase
         (the confirmation processes).
     pairs
-        The report's configured pairs (:data:`kvqueue.params.DEFAULT_PAIRS`): with the A/A
+        The report's configured pairs (:data:`kvqueue.params.report.DEFAULT_PAIRS`): with the A/A
         copies, the comparisons sized for (:mod:`kvqueue.analysis.comparisons`); a release
         history passes its consecutive version pairs (newer, older).
     cases

@@ -33,10 +33,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import rawdata, stats
-
-# NOTE (merge): HISTORY_DEFAULTS is a parameter default; it should come from the params
-# package's history module: this import reaches the measuring side until then.
-from kvqueue.history.collect import HISTORY_DEFAULTS
+from kvqueue.params.history import HISTORY_DEFAULTS
 from kvqueue.versions import version_key
 
 

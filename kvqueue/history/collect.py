@@ -18,9 +18,10 @@ differs is how the variants are chosen:
    between consecutive versions) with each other, inside each process. Block mode is
    ``own`` (each release's own ``KVCacheBlock``: 0.9.x's dataclass ``__eq__`` is part of
    what it cost); releases without ``popleft_n``/``append_n`` get the ``popleft-loop``
-   adapter (:mod:`kvqueue.sources.loader`). Defaults (:data:`HISTORY_DEFAULTS`): cases alloc1,
-   alloc8, mix and remove on a pool of 100,000 blocks, no confirmation phase, and the
-   precision target's pilot/size/time caps bounding the run to ~20 minutes.
+   adapter (:mod:`kvqueue.sources.loader`). Defaults
+   (:data:`kvqueue.params.history.HISTORY_DEFAULTS`): cases alloc1, alloc8, mix and
+   remove on a pool of 100,000 blocks, no confirmation phase, and the precision target's
+   pilot/size/time caps bounding the run to ~20 minutes.
 
 Standard library only (runs in the bench route before the notebook would).
 """
@@ -34,10 +35,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvqueue import params, schema
+from kvqueue import schema
+from kvqueue.bench import checks as bench_checks
 from kvqueue.bench import runner
 from kvqueue.errors import BenchInputError
 from kvqueue.history import sizing as history_sizing
+from kvqueue.params.bench import BenchParams
 from kvqueue.sources import loader
 from kvqueue.sources.cache import MEMBER
 from kvqueue.sources.errors import FetchError, ModuleMissing, NoReadableWheel
@@ -45,19 +48,6 @@ from kvqueue.sources.fetch import fetch_release
 from kvqueue.sources.index import IndexFile, list_releases
 from kvqueue.versions import is_version, version_key
 
-#: Environment variable (Make ``RELEASES``) with the releases to time ('' = all).
-RELEASES_ENV = params.ENV_PREFIX + "RELEASES"
-#: What a history run changes in the bench defaults, unless a value is given. A process
-#: with 17 versions x 4 cases x 9 samples of 20 ms takes ~20 s here, so the pilot of 11
-#: is ~4 minutes and MAX_MINUTES caps the whole run (gate included) at ~18.
-HISTORY_DEFAULTS: dict[str, Any] = {
-    "cases": ("alloc1", "alloc8", "mix", "remove"),
-    "pools": (100_000,),
-    "confirm_processes": 0,
-    "block_mode": "own",
-    "max_minutes": 17.0,
-    "max_processes": 41,
-}
 #: The pairing the report's step table uses (stated in run.json and the report).
 PAIRING = (
     "every version against the newest (the baseline) and each version against its "
@@ -278,30 +268,8 @@ def releases_from_text(text: str | None) -> list[str] | None:
     return out
 
 
-def history_params(texts: Mapping[str, str | None]) -> params.BenchParams:
-    """Bench parameters of a history run from the bench variables' texts.
-
-    ``VARIANTS``, ``AA`` and ``BLOCK_SOURCE`` are chosen by the history and refused, and
-    so is a ``BLOCK_MODE`` other than ``own``; every other bench variable may be given
-    and overrides :data:`HISTORY_DEFAULTS`.
-    The variants are filled in by :func:`run_history`.
-    """
-    for name in ("variants", "aa", "block_source", "quick"):
-        if texts.get(name) is not None:
-            make = params.spec_of(next(f for f in params.bench_fields() if f.name == name)).make
-            raise BenchInputError(f"{make} is chosen by make history, not given (use RELEASES)")
-    given = params.parse_texts(texts)
-    if given.get("block_mode", "own") != "own":
-        # Shared blocks would time versions that differ in their block class only with
-        # the same code: their steps would be A/A noise labelled as release changes.
-        raise BenchInputError("BLOCK_MODE must be own for make history (each release's block)")
-    values = {**HISTORY_DEFAULTS, **given}
-    # Two placeholder variants pass the value checks; run_history sets the real ones.
-    return params.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})
-
-
 def run_history(
-    bench: params.BenchParams,
+    bench: BenchParams,
     releases: Sequence[str] | None,
     raw_dir: Path,
     run_id: str | None = None,
@@ -320,7 +288,7 @@ def run_history(
     """
     found = plan(releases)
     bench = replace(bench, variants=tuple(v.source for v in found.versions))
-    checked = params.check(bench)
+    checked = bench_checks.check(bench)
     kind = runner.RunKind(
         kind=schema.KIND_HISTORY,
         record={schema.HISTORY_KEY: found.record()},

@@ -33,7 +33,7 @@ from typing import Any
 from kvqueue import schema
 from kvqueue.bench import runfiles, runner
 from kvqueue.errors import BenchError, GateRefused
-from kvqueue.params import PolicyParams
+from kvqueue.params.policy import PolicyParams
 
 #: Seed of the invariant check (fixed, like the bench gate's).
 CHECK_SEED = 20261129

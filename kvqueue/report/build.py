@@ -20,10 +20,10 @@ import logging
 import sys
 from pathlib import Path
 
-from kvqueue import params
 from kvqueue.analysis import rawdata
 from kvqueue.kernel import quiet_kernel_manager_class
-from kvqueue.params import ReportSettings
+from kvqueue.params.report import ReportSettings
+from kvqueue.params.spec import resolve_in_repo
 from kvqueue.report import figures, processed, writeup
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -167,7 +167,7 @@ def report(
     """
     notebook = notebook or NOTEBOOK
     raw_dir, processed_dir, out = (
-        params.resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
+        resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
     )
     try:
         data = processed.build(raw_dir, processed_dir, settings)

@@ -31,10 +31,15 @@ from typing import Any
 
 import pandas as pd
 
-from kvqueue import params, schema
+from kvqueue import errors, hostinfo, schema, versions
 from kvqueue.analysis import ab, comparisons, integrity, rawdata, stats
 from kvqueue.history import analyze as history_analyze
-from kvqueue.params import ReportSettings
+from kvqueue.params import bench as bench_params
+from kvqueue.params import checks as param_checks
+from kvqueue.params import history as history_params
+from kvqueue.params import report as report_params
+from kvqueue.params import spec as param_spec
+from kvqueue.params.report import ReportSettings
 from kvqueue.policy import analyze as policy_analyze
 
 MANIFEST = "manifest.json"
@@ -45,16 +50,20 @@ _MANIFEST_FORMAT = 3
 #: that a module that is renamed or split must be listed again here
 #: (``tests/test_architecture.py`` checks that the list is exactly what this module
 #: reaches).
-# NOTE (merge): history.analyze still takes HISTORY_DEFAULTS from history.collect and
-# version_key from sources.upstream, and ``params`` is one module; once they come from the
-# params package and kvqueue/versions.py, list the modules reached instead of ``params``.
 CODE_MODULES: tuple[ModuleType, ...] = (
     ab,
     comparisons,
+    errors,
     history_analyze,
+    hostinfo,
     integrity,
-    params,
+    bench_params,
+    param_checks,
+    history_params,
+    report_params,
+    param_spec,
     policy_analyze,
+    versions,
     rawdata,
     schema,
     stats,
@@ -112,7 +121,7 @@ def fingerprint(raw_dir: Path | str) -> dict[str, str]:
         for name in (
             schema.RUN_JSON,
             schema.SAMPLES_CSV,
-            schema.BENCH_NOTEBOOK,
+            schema.RUN_NOTEBOOK,
             schema.POLICY_CSV,
         ):
             path = run_dir / name
@@ -245,7 +254,7 @@ def build(
     processed_dir
         Output folder (``data/processed``); created if needed.
     settings
-        Analysis settings (defaults: :class:`kvqueue.params.ReportSettings`).
+        Analysis settings (defaults: :class:`kvqueue.params.report.ReportSettings`).
 
     Returns
     -------

@@ -177,7 +177,7 @@ _ARGS_PER_LINE = 5
 def _bench_args(data: processed.Processed, r: pd.Series) -> list[list[str]]:
     """The ``make bench`` arguments of one run, grouped a few to a line: host and
     interpreter, variants, then every other parameter as the run recorded it
-    (:func:`kvqueue.params.make_assignments`), so the command still repeats the run
+    (:func:`kvqueue.params.bench.make_assignments`), so the command still repeats the run
     after a default changes."""
     sources, _ = _variants_arg(data, r)
     args = [

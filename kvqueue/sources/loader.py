@@ -38,13 +38,13 @@ import __future__
 
 import ast
 import hashlib
-import re
 import subprocess
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvqueue.schema import BLOCK_MODES, split_name, variant_labels
 from kvqueue.sources.cache import MEMBER
 from kvqueue.sources.errors import FetchError
 from kvqueue.sources.fetch import fetch_release
@@ -77,7 +77,6 @@ OPTIONAL_METHODS = ("prepend_n", "iter_blocks_after")
 STRUCTURE_SENTINELS = "sentinels"
 STRUCTURE_HEAD_TAIL = "head-tail"
 #: Block modes: one block class for every variant, or each variant's own.
-BLOCK_MODES = ("shared", "own")
 _SUBJECT_DIR = Path(__file__).resolve().parent.parent / "subject"
 _OWN_FILE = _SUBJECT_DIR / "ours.py"
 _OWN_BLOCK_FILE = _SUBJECT_DIR / "block.py"
@@ -159,23 +158,6 @@ class Variant:
             "missing_methods": list(self.missing),
             "structure": self.structure,
         }
-
-
-#: A variant's name in ``NAME=SOURCE``: short, no '/', no '=' (so it is never a path or a
-#: version pin; ``vllm==0.32.0`` has no name, ``base=vllm==0.32.0`` is named ``base``).
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]{0,39}$")
-
-
-def split_name(text: str) -> tuple[str | None, str]:
-    """Split ``"NAME=SOURCE"`` into ``("NAME", "SOURCE")``; ``(None, text)`` when unnamed.
-
-    A text that is an existing file is never split (a file may be called ``a=b.py``).
-    """
-    name, sep, rest = text.partition("=")
-    named = sep and rest and not rest.startswith("=") and _NAME_RE.match(name)
-    if named and not Path(text).is_file():
-        return name, rest
-    return None, text
 
 
 def split_class(source: str) -> tuple[str, str | None]:
@@ -437,19 +419,6 @@ def load_variant(
         missing=tuple(m for m in absent if m in OPTIONAL_METHODS),
         structure=structure,
     )
-
-
-def variant_labels(sources: list[str]) -> list[str]:
-    """Return unique labels: the ``NAME=`` of a named source, else the source string; a
-    source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
-    seen: dict[str, int] = {}
-    labels = []
-    for text in sources:
-        name, source = split_name(text)
-        label = name or source
-        seen[label] = seen.get(label, 0) + 1
-        labels.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
-    return labels
 
 
 def load_variants(

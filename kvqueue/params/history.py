@@ -1,0 +1,59 @@
+"""The parameters of a release-history run (``make history``): the bench parameters with
+the history's defaults (:data:`HISTORY_DEFAULTS`), less the ones the history chooses
+itself (:data:`CHOSEN`), and the releases to time (``RELEASES``). The run itself is
+:mod:`kvqueue.history.collect`'s; the report reads :data:`HISTORY_DEFAULTS` to tell a
+full history from a reduced one.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvqueue.errors import BenchInputError
+from kvqueue.params import bench
+from kvqueue.params.spec import ENV_PREFIX, spec_of
+
+#: Make variable with the releases to time ('' = every release with the queue).
+RELEASES = "RELEASES"
+#: Environment variable (Make ``RELEASES``) with the releases to time ('' = all).
+RELEASES_ENV = ENV_PREFIX + RELEASES
+#: Help of ``RELEASES``.
+RELEASES_HELP = "releases to time, space separated ('': every release with the queue)"
+#: What a history run changes in the bench defaults, unless a value is given. A process
+#: with 17 versions x 4 cases x 9 samples of 20 ms takes ~20 s here, so the pilot of 11
+#: is ~4 minutes and MAX_MINUTES caps the whole run (gate included) at ~18.
+HISTORY_DEFAULTS: dict[str, Any] = {
+    "cases": ("alloc1", "alloc8", "mix", "remove"),
+    "pools": (100_000,),
+    "confirm_processes": 0,
+    "block_mode": "own",
+    "max_minutes": 17.0,
+    "max_processes": 41,
+}
+#: Bench fields that the history chooses: given, they are refused.
+CHOSEN = ("variants", "aa", "block_source", "quick")
+
+
+def from_text(texts: Mapping[str, str | None]) -> bench.BenchParams:
+    """Bench parameters of a history run from the bench variables' texts.
+
+    ``VARIANTS``, ``AA`` and ``BLOCK_SOURCE`` are chosen by the history and refused, and
+    so is a ``BLOCK_MODE`` other than ``own``; every other bench variable may be given
+    and overrides :data:`HISTORY_DEFAULTS`.
+    The variants are filled in by :func:`kvqueue.history.collect.run_history`.
+    """
+    for name in CHOSEN:
+        if texts.get(name) is not None:
+            make = spec_of(next(f for f in bench.bench_fields() if f.name == name)).make
+            raise BenchInputError(f"{make} is chosen by make history, not given (use RELEASES)")
+    given = bench.parse_texts(texts)
+    if given.get("block_mode", "own") != "own":
+        # Shared blocks would time versions that differ in their block class only with
+        # the same code: their steps would be A/A noise labelled as release changes.
+        raise BenchInputError("BLOCK_MODE must be own for make history (each release's block)")
+    values = {**HISTORY_DEFAULTS, **given}
+    # Two placeholder variants pass the value checks; run_history sets the real ones.
+    return bench.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})
