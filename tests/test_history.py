@@ -377,7 +377,7 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
 
     monkeypatch.setattr(runner, "run_gate", gate)
     monkeypatch.setattr(runner, "run_process", process)
-    bench = history_collect.history_params(
+    bench = history_params.from_text(
         {"host": "box", "processes": "3", "max_processes": "4", "max_minutes": "60"}
     )
     run_dir = history_collect.run_history(bench, None, tmp_path / "raw")

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from kvqueue import hostinfo, params, schema
+from kvqueue import hostinfo, schema
 from kvqueue.analysis import rawdata
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError
+from kvqueue.params import policy as policy_params
 from kvqueue.policy import analyze as policy_analyze
 from kvqueue.policy import collect as policy_collect
 
@@ -211,7 +212,7 @@ def test_a_policy_run_writes_a_named_sealed_folder_the_report_reads(
     """The policy run through the shared writer, its worker faked: kind first, the run id
     named by kind, ``policy.csv`` sealed, read back as complete by the policy report."""
     monkeypatch.setenv("KVQUEUE_LOCK_FILE", str(tmp_path / "lock"))
-    p = params.policy_from_text({"host": "h", "processes": "2", "variant": "kvqueue"})
+    p = policy_params.from_text({"host": "h", "processes": "2", "variant": "kvqueue"})
 
     def fake_child(python: str, args: list[str], spec: dict, timeout: float, what: str) -> dict:
         if args == ["--check"]:

@@ -45,7 +45,7 @@ import scipy.stats as sps
 
 from kvqueue import schema
 from kvqueue.analysis import ab, rawdata, stats
-from kvqueue.params import ReportSettings
+from kvqueue.params.report import ReportSettings
 
 LRU = "lru"
 #: Columns of whole numbers: every column but the names and the mean age-rank excess.
