@@ -48,7 +48,7 @@ BARE_MODULES = (
     "kvqueue.child",
     "kvqueue.policy.policies",
     "kvqueue.policy.churn",
-    "kvqueue.policy.check",
+    "kvqueue.policy.invariants",
     "kvqueue.policy.worker",
     "kvqueue.policy.collect",
 )

@@ -7,12 +7,11 @@ import dataclasses
 
 import pytest
 
-from kvqueue.policy import check as policy_check
-from kvqueue.policy import churn, policies
+from kvqueue.policy import churn, invariants, policies
 from kvqueue.subject.block import KVCacheBlock
 from kvqueue.subject.ours import FreeKVCacheBlockQueue
 
-SMALL = dataclasses.replace(policy_check.CHECK_WORKLOAD, steps=300)
+SMALL = dataclasses.replace(invariants.CHECK_WORKLOAD, steps=300)
 
 
 def build(workload: churn.Workload = SMALL, seed: int = 5, name: str = "lru", log=None):
@@ -64,7 +63,7 @@ def test_completion_frees_in_reversed_order_with_one_append() -> None:
     chain = [b.block_id for b in req.blocks]
     sim.active.remove(req)
     sim._free(req)
-    assert policy_check.free_ids(queue)[-4:] == chain[::-1]
+    assert invariants.free_ids(queue)[-4:] == chain[::-1]
 
 
 def test_prefix_hits_remove_cached_blocks_from_the_middle_of_the_queue() -> None:
@@ -86,9 +85,9 @@ def test_prefix_hits_remove_cached_blocks_from_the_middle_of_the_queue() -> None
 
 def test_warm_up_fragments_the_queue() -> None:
     sim, queue = build(dataclasses.replace(SMALL, steps=1))
-    fresh = policies.ascending_runs(policy_check.free_ids(queue))
+    fresh = policies.ascending_runs(invariants.free_ids(queue))
     sim.run(400)
-    after = policies.ascending_runs(policy_check.free_ids(queue))
+    after = policies.ascending_runs(invariants.free_ids(queue))
     assert len(fresh) == 1
     assert len(after) > 20
 

@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvqueue.policy import check as policy_check
-from kvqueue.policy import policies
+from kvqueue.policy import invariants, policies
 from kvqueue.sources import loader
 from kvqueue.subject.block import KVCacheBlock
 from kvqueue.subject.ours import FreeKVCacheBlockQueue
@@ -29,7 +28,7 @@ def ids_of(blocks: list) -> list[int]:
 
 
 def remaining(queue: FreeKVCacheBlockQueue) -> list[int]:
-    return policy_check.free_ids(queue)
+    return invariants.free_ids(queue)
 
 
 # ------------------------------------------------------------------ rules, hand-made
@@ -96,12 +95,12 @@ def test_the_search_is_bounded_by_its_window() -> None:
     singles = [100, 102, 104, 106, 108, 110, 112, 114]
     order = [*singles, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     queue, _ = make_queue(order)
-    watched = policy_check.WatchedQueue(queue)
+    watched = invariants.WatchedQueue(queue)
     got = policies.contiguous(watched, 8, window_factor=1, threshold=8)
     assert ids_of(got) == singles
     assert watched.scanned == 8
     queue, _ = make_queue(order)
-    watched = policy_check.WatchedQueue(queue)
+    watched = invariants.WatchedQueue(queue)
     got = policies.contiguous(watched, 8, window_factor=2, threshold=8)
     assert ids_of(got) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert watched.scanned == 16
@@ -118,7 +117,7 @@ def test_too_large_a_request_fails_like_popleft_n_and_changes_nothing() -> None:
 
 def test_only_the_public_api_is_used() -> None:
     queue, _ = make_queue(list(range(40)))
-    watched = policy_check.WatchedQueue(queue)
+    watched = invariants.WatchedQueue(queue)
     with pytest.raises(AttributeError):
         _ = watched.prepend_n
     assert len(policies.contiguous(watched, 16, window_factor=4, threshold=8)) == 16
@@ -164,51 +163,51 @@ def test_variants_without_the_api_the_policy_needs_are_named() -> None:
 
 def test_the_check_refuses_to_pass_without_testing_the_search() -> None:
     variant = loader.load_variants(["kvqueue"])[0]
-    largest = policy_check.CHECK_WORKLOAD.prefill_max
-    with pytest.raises(policy_check.PolicyCheckError, match="would not test the contiguous"):
-        policy_check.run_check(
+    largest = invariants.CHECK_WORKLOAD.prefill_max
+    with pytest.raises(invariants.PolicyCheckError, match="would not test the contiguous"):
+        invariants.run_check(
             variant.queue_cls,
             variant.block_cls,
             ["lru", "contig-w4"],
             largest + 1,
             seed=3,
-            workload=policy_check.CHECK_WORKLOAD,
+            workload=invariants.CHECK_WORKLOAD,
         )
     # lru alone has no search to test: a threshold beyond every allocation is fine for it.
-    result = policy_check.run_check(
+    result = invariants.run_check(
         variant.queue_cls,
         variant.block_cls,
         ["lru"],
         largest + 1,
         seed=3,
-        workload=policy_check.CHECK_WORKLOAD,
+        workload=invariants.CHECK_WORKLOAD,
     )
     assert result["policies"]["lru"]["big"] == 0
 
 
 def test_the_check_workload_scales_with_the_threshold() -> None:
-    base = policy_check.CHECK_WORKLOAD
-    assert policy_check.check_workload(1) == base == policy_check.check_workload(8)
-    w = policy_check.check_workload(24)
+    base = invariants.CHECK_WORKLOAD
+    assert invariants.check_workload(1) == base == invariants.check_workload(8)
+    w = invariants.check_workload(24)
     assert (w.pool, w.prefill_max, w.prefill_median) == (3 * 768, 3 * 96, 3 * 12.0)
     assert w.problem() is None and w.steps == base.steps and w.decode_max == base.decode_max
-    capped = policy_check.check_workload(10_000)
-    assert capped.pool == policy_check.MAX_CHECK_SCALE * base.pool
+    capped = invariants.check_workload(10_000)
+    assert capped.pool == invariants.MAX_CHECK_SCALE * base.pool
 
 
 def test_a_larger_threshold_is_checked_on_larger_allocations() -> None:
     # Threshold 24 on the unscaled check workload would leave few allocations >= 24; the
     # scaled one gives the search as much to do as 8 does on the base workload.
     variant = loader.load_variants(["kvqueue"])[0]
-    result = policy_check.run_check(variant.queue_cls, variant.block_cls, ["contig-w2"], 24, 5)
+    result = invariants.run_check(variant.queue_cls, variant.block_cls, ["contig-w2"], 24, 5)
     counts = result["policies"]["contig-w2"]
-    assert counts["big"] >= policy_check.MIN_BIG_ALLOCATIONS and counts["largest"] >= 24
-    assert result["workload"]["pool"] == 3 * policy_check.CHECK_WORKLOAD.pool
+    assert counts["big"] >= invariants.MIN_BIG_ALLOCATIONS and counts["largest"] >= 24
+    assert result["workload"]["pool"] == 3 * invariants.CHECK_WORKLOAD.pool
 
 
 def test_model_agrees_with_the_hand_made_cases() -> None:
     order = [40, 13, 12, 11, 10, 41, 20, 21, 22, 23, 24, 25, 42, 43]
-    assert policy_check.model(order, 10, None, 8) == [20, 21, 22, 23, 24, 25, 10, 11, 12, 13]
+    assert invariants.model(order, 10, None, 8) == [20, 21, 22, 23, 24, 25, 10, 11, 12, 13]
 
 
 def test_the_check_catches_a_policy_that_breaks_a_rule(monkeypatch) -> None:
@@ -221,8 +220,8 @@ def test_the_check_catches_a_policy_that_breaks_a_rule(monkeypatch) -> None:
 
     monkeypatch.setattr(policies, "contiguous", broken)
     variant = loader.load_variants(["kvqueue"])[0]
-    with pytest.raises(policy_check.PolicyCheckError, match="description gives"):
-        policy_check.run_check(variant.queue_cls, variant.block_cls, ["contig-w4"], 8, seed=3)
+    with pytest.raises(invariants.PolicyCheckError, match="description gives"):
+        invariants.run_check(variant.queue_cls, variant.block_cls, ["contig-w4"], 8, seed=3)
 
 
 # ------------------------------------------------------------------ state machine
@@ -250,11 +249,11 @@ class PolicyMachine(RuleBasedStateMachine):
         if free == 0:
             return
         n = data.draw(st.integers(min_value=1, max_value=free))
-        before = policy_check.free_ids(self.queue)
-        watched = policy_check.WatchedQueue(self.queue)
+        before = invariants.free_ids(self.queue)
+        watched = invariants.WatchedQueue(self.queue)
         got = policies.get(name, threshold)(watched, n)
-        after = policy_check.free_ids(self.queue)
-        policy_check.check_allocation(
+        after = invariants.free_ids(self.queue)
+        invariants.check_allocation(
             name, n, threshold, before, got, after, watched.scanned, f"{name} n={n}"
         )
         for b in got:
@@ -272,7 +271,7 @@ class PolicyMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def remove_cached(self, data: st.DataObject) -> None:
-        free = policy_check.free_ids(self.queue)
+        free = invariants.free_ids(self.queue)
         if not free:
             return
         i = data.draw(st.sampled_from(free))
@@ -283,7 +282,7 @@ class PolicyMachine(RuleBasedStateMachine):
     @invariant()
     def intact(self) -> None:
         if hasattr(self, "queue"):
-            policy_check.check_queue(self.queue, self.blocks, self.ref, "state machine")
+            invariants.check_queue(self.queue, self.blocks, self.ref, "state machine")
 
 
 TestPolicyMachine = PolicyMachine.TestCase
@@ -298,10 +297,10 @@ TestPolicyMachine.settings = settings(
 @pytest.mark.parametrize("source", ["kvqueue", "vllm==0.32.0", "vllm==0.31.0"])
 def test_workload_check_passes_on_every_variant(source: str) -> None:
     variant = loader.load_variants([source])[0]
-    result = policy_check.run_check(
+    result = invariants.run_check(
         variant.queue_cls, variant.block_cls, list(policies.NAMES), 8, seed=11
     )
     assert result["ok"]
     for name, counts in result["policies"].items():
-        assert counts["steps"] == policy_check.CHECK_WORKLOAD.steps
+        assert counts["steps"] == invariants.CHECK_WORKLOAD.steps
         assert counts["big"] > 50, name  # the rules were exercised on large allocations

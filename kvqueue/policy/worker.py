@@ -1,7 +1,7 @@
 """One process of a policy run (docs/design.md §12).
 
 Run as ``PYTHON -m kvqueue.policy.worker`` with a JSON spec on stdin; prints one JSON
-result on stdout. ``--check`` runs the invariant check (:mod:`kvqueue.policy.check`)
+result on stdout. ``--check`` runs the invariant check (:mod:`kvqueue.policy.invariants`)
 instead. Standard library only (the measured interpreter has nothing installed).
 
 Inside a process, for one queue variant and every policy:
@@ -33,8 +33,7 @@ from typing import Any
 
 from kvqueue import child, schema
 from kvqueue.bench.worker import LAYOUT_PADDING, heap_padding, load_shuffled, pin_cpu
-from kvqueue.policy import check as policy_check
-from kvqueue.policy import churn, policies
+from kvqueue.policy import churn, invariants, policies
 from kvqueue.sources import loader
 
 
@@ -45,7 +44,7 @@ class _Metrics:
         self.name = name
         self.threshold = threshold
         self.queue = queue
-        self.watched = policy_check.WatchedQueue(queue)
+        self.watched = invariants.WatchedQueue(queue)
         self.plain = policies.get(name, threshold)
         self.window = policies.window_of(name)
         self.sums = dict.fromkeys(schema.POLICY_ROW_KEYS[3:13], 0)
@@ -93,7 +92,7 @@ class _Metrics:
 
 
 def _queue_digest(queue: Any) -> str:
-    ids = ",".join(str(i) for i in policy_check.free_ids(queue))
+    ids = ",".join(str(i) for i in invariants.free_ids(queue))
     return hashlib.sha256(ids.encode()).hexdigest()
 
 
@@ -257,14 +256,14 @@ def run_check_spec(spec: dict[str, Any]) -> dict[str, Any]:
     threshold = int(spec["threshold"])
     t0 = time.perf_counter()
     try:
-        result = policy_check.run_check(
+        result = invariants.run_check(
             variant.queue_cls,
             variant.block_cls,
             names,
             threshold,
             int(spec["seed"]),
         )
-    except policy_check.PolicyCheckError as exc:
+    except invariants.PolicyCheckError as exc:
         result = {"ok": False, "error": str(exc)}
     result["seconds"] = round(time.perf_counter() - t0, 3)
     result["provenance"] = variant.provenance()
