@@ -1,15 +1,13 @@
 """kvqueue-bench: a paired, order-randomized A/B benchmark of vLLM's free-block queue.
 
-Everything that runs under the MEASURED interpreter — the command line up to the
-notebook (``__main__``, ``params``, ``errors``, ``schema``, ``hostinfo``), the gate
-(``validate``), the variant loader and release fetch (``loader``, ``upstream``), the
-runner and its run files (``runner``, ``runfiles``), the worker and its cases (``worker``,
-``cases``, ``fast``, ``block``) — uses only the standard library, so it runs under any
-CPython >= 3.10 with nothing installed there (``tests/test_bare_interpreter.py``). The
-notebook launcher, the quick A/B loop and the report (``notebook_run``, ``quick``,
-``rawdata``, ``analysis``, ``processed``, ``stats``, ``coverage``, ``tables``, ``figures``,
-``prose``, ``sections``, ``report_html``, ``writeup``, ``render``) need the project's
-virtual environment. The module map: ``docs/design.md`` §8.
+One folder per stage (``subject``, ``sources``, ``gate``, ``bench``, ``analysis``,
+``report``) and per question (``history``, ``policy``); the root holds what every part
+shares (``schema``, ``errors``, ``hostinfo``, ``child``, ``versions``, ``formatting``,
+``kernel``, ``params``). The measured side (``subject``, ``sources``, ``gate``, the
+workers) uses only the standard library, so it runs under any CPython >= 3.10 with
+nothing installed there; ``analysis`` and ``report`` need the project's virtual
+environment and never import the measuring side. The module map and its rules:
+``docs/design.md`` §8, checked by ``tests/test_architecture.py``.
 """
 
 import sys
