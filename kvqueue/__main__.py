@@ -512,8 +512,29 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
             p.add_argument(_option(name), type=Path, default=resolve_in_repo(default), help=help_)
     p.add_argument("--out", type=Path, default=resolve_in_repo("reports"), help="report folder")
     p.add_argument("--notebook", type=Path, default=None, help="report notebook to run")
+    p.add_argument(
+        "--cases",
+        default="",
+        help="cases of the writeups' A/B tables, space separated (make report CASES=...; "
+        "'': alloc1 alloc2 mix)",
+    )
     _add_param_options(p, "report")
     p.set_defaults(func=_cmd_report)
+
+
+def _report_cases(text: str) -> tuple[str, ...]:
+    """The writeups' cases from ``--cases`` ('' = the headline cases); an unknown one
+    stops the report before anything is written."""
+    from kvqueue import schema
+    from kvqueue.report.ab_tables import HEADLINE_CASES
+
+    cases = tuple(dict.fromkeys(text.split()))
+    unknown = [c for c in cases if c not in schema.CASES]
+    if unknown:
+        raise BenchInputError(
+            f"CASES: unknown case {unknown[0]!r} (known: {' '.join(schema.CASES)})"
+        )
+    return cases or HEADLINE_CASES
 
 
 @_one_line_errors("report")
@@ -521,6 +542,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from kvqueue.report import build
 
     settings = report_params.from_text(_texts(args, "report"))
+    cases = _report_cases(args.cases)
     # Given paths are relative to the current folder, as on any command line.
     return build.report(
         raw_dir=args.raw_dir.resolve(),
@@ -528,6 +550,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         out=args.out.resolve(),
         settings=settings,
         notebook=args.notebook,
+        cases=cases,
     )
 
 

@@ -74,12 +74,23 @@ def fmt_signed_ci(low: float, high: float, digits: int = 1) -> str:
     return fmt_interval(low, high, lambda x: f"{x * 100:+.{digits}f}")
 
 
-def fmt_estimate(x: float, low: float, high: float, digits: int = 1) -> str:
-    """An estimate with its CI: ``20.3% [19.5, 21.3]``, ``20.3% (CI n/a)`` or ``n/a``."""
+#: What an interval that cannot be formed from too few processes reads (issue 18: "1.53×
+#: fewer [nan, nan]" with 2 processes).
+TOO_FEW = "n/a (too few processes)"
+
+
+def fmt_estimate(
+    x: float, low: float, high: float, digits: int = 1, *, too_few: bool = False
+) -> str:
+    """An estimate with its CI: ``20.3% [19.5, 21.3]``, ``20.3% (CI n/a)`` or ``n/a``;
+    with ``too_few`` (fewer processes than an interval needs) a missing CI reads
+    ``20.3% [n/a (too few processes)]``."""
     if not _finite(x):
         return "n/a"
     ci = fmt_ci(low, high, digits)
-    return f"{fmt_pct(x, digits)} {ci}" if ci != "n/a" else f"{fmt_pct(x, digits)} (CI n/a)"
+    if ci != "n/a":
+        return f"{fmt_pct(x, digits)} {ci}"
+    return f"{fmt_pct(x, digits)} " + (f"[{TOO_FEW}]" if too_few else "(CI n/a)")
 
 
 def fmt_number(x: float, digits: int) -> str:

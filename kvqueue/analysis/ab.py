@@ -32,6 +32,7 @@ with ``kind`` ``"pair"`` or ``"aa"`` (an A/A duplicate ``X#2`` vs ``X``: the noi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -337,6 +338,16 @@ def _release_check(variant: dict[str, Any], digests: dict[str, dict[str, int]]) 
     return "consistent"
 
 
+#: ``resolved_path`` of a git source (kvqueue.sources.loader): ``REPO@COMMIT:MEMBER``.
+_GIT_RESOLVED = re.compile(r"@([0-9a-f]{40}):")
+
+
+def _git_commit(resolved: object) -> str:
+    """The commit a ``git:REPO@REF`` variant was read at, from its ``resolved_path``."""
+    found = _GIT_RESOLVED.search(str(resolved or ""))
+    return found.group(1) if found else ""
+
+
 def variants_table(raw: rawdata.RawData) -> pd.DataFrame:
     """The ``variants`` table: one row per variant of every run found (module docstring)."""
     digests = release_digests(raw)
@@ -351,6 +362,7 @@ def variants_table(raw: rawdata.RawData) -> pd.DataFrame:
                     "position": pos,
                     "label": v["label"],
                     "source": v["source"],
+                    "commit": _git_commit(v.get("resolved_path")),
                     "class_name": _none_to_na(v.get("class_name")),
                     "vllm_version": _none_to_na(v.get("vllm_version")),
                     "class_sha256": _none_to_na(v.get("class_sha256")),

@@ -18,6 +18,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.analysis import ab, stats
 from kvqueue.formatting import (
+    TOO_FEW,
     ci_header,
     comparison,
     fmt_ci,
@@ -124,7 +125,9 @@ def results_table(
                 "Baseline ns": fmt_ns(r.baseline_ns),
                 "Candidate ns": fmt_ns(r.candidate_ns),
                 "Reduction": fmt_pct(r.reduction),
-                ci: fmt_ci(r.ci_low, r.ci_high),
+                ci: TOO_FEW
+                if _few(r) and fmt_ci(r.ci_low, r.ci_high) == "n/a"
+                else fmt_ci(r.ci_low, r.ci_high),
                 "Verdict": r.verdict,
                 "Faster in": f"{round(r.share_faster * r.n_processes)}/{r.n_processes}",
                 "CV % (b/c)": (f"{r.cv_baseline * 100:.1f} / {r.cv_candidate * 100:.1f}"),
@@ -176,6 +179,12 @@ def verdict_counts(verdicts: pd.Series) -> str:
     return ", ".join(f"{v} {n}/{len(verdicts)}" for v, n in ordered)
 
 
+def _few(row: Any) -> bool:
+    """Whether a summary row has fewer processes than an interval needs."""
+    n = row["n_processes"] if isinstance(row, pd.Series) else row.n_processes
+    return not is_na(n) and int(n) < stats.MIN_PROCESSES
+
+
 def _range_cell(cells: pd.DataFrame) -> str:
     """Lowest and highest reduction of some cells, each with its CI, and their verdicts."""
     if cells.empty:
@@ -186,9 +195,11 @@ def _range_cell(cells: pd.DataFrame) -> str:
     else:
         lo = valid.loc[valid["reduction"].idxmin()]
         hi = valid.loc[valid["reduction"].idxmax()]
-        text = fmt_estimate(lo["reduction"], lo["ci_low"], lo["ci_high"])
+        text = fmt_estimate(lo["reduction"], lo["ci_low"], lo["ci_high"], too_few=_few(lo))
         if len(valid) > 1:
-            text += " to " + fmt_estimate(hi["reduction"], hi["ci_low"], hi["ci_high"])
+            text += " to " + fmt_estimate(
+                hi["reduction"], hi["ci_low"], hi["ci_high"], too_few=_few(hi)
+            )
     return f"{text}; {verdict_counts(cells['verdict'])}"
 
 
@@ -270,7 +281,9 @@ def headline_grid(data: processed.Processed, cases: Sequence[str] = HEADLINE_CAS
         holding ``reduction [CI] verdict`` (``–`` where the run has no such cell).
     """
     return _grid(
-        data, cases, lambda r: f"{fmt_estimate(r.reduction, r.ci_low, r.ci_high)} {r.verdict}"
+        data,
+        cases,
+        lambda r: f"{fmt_estimate(r.reduction, r.ci_low, r.ci_high, too_few=_few(r))} {r.verdict}",
     )
 
 

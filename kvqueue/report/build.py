@@ -8,7 +8,8 @@ Steps (``docs/design.md`` §7):
    ``reports/figures/``);
 3. render ``reports/report.html`` with nbconvert, code cells hidden, byte-identical on a
    rebuild from the same raw data (:func:`normalize_executed`);
-4. write ``reports/pr-writeup.md`` from the same sections (:mod:`kvqueue.report.writeup`).
+4. write one writeup per question, ``reports/writeups/<question>.md``
+   (:func:`kvqueue.report.writeup.write_writeups`), and print their paths, newest first.
 
 A malformed raw file stops everything with one line naming the file (exit status 2); a
 failing notebook names the executed notebook to look at (exit status 1).
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvqueue.analysis import rawdata
 from kvqueue.kernel import quiet_kernel_manager_class
 from kvqueue.params.report import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
-from kvqueue.report import figures, processed, writeup
+from kvqueue.report import processed, writeup
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -148,6 +150,7 @@ def report(
     out: Path,
     settings: ReportSettings,
     notebook: Path | None = None,
+    cases: Sequence[str] = writeup.HEADLINE_CASES,
 ) -> int:
     """``python -m kvqueue report``: processed tables, executed notebook, HTML, writeup.
 
@@ -159,6 +162,8 @@ def report(
         Analysis settings.
     notebook
         Report notebook to run (default: ``notebooks/report.ipynb``).
+    cases
+        Cases of the writeups' A/B tables (``CASES``).
 
     Returns
     -------
@@ -209,7 +214,7 @@ def report(
         return 1
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
-    md_path = writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))
     print(f"report: {html_path}")
-    print(f"writeup: {md_path}")
+    for md_path in writeup.write_writeups(data, out, cases):
+        print(f"writeup: {md_path}")
     return 0

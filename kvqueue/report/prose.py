@@ -163,11 +163,20 @@ def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str],
     v = v.sort_values("position")
     aa = not is_na(run["aa"]) and bool(run["aa"])
     sources = [
-        r.source
+        _variant_arg(r.label, r.source, getattr(r, "commit", ""))
         for r in v.itertuples(index=False)
         if not (aa and ab.aa_original(r.label) is not None)
     ]
     return sources, aa
+
+
+def _variant_arg(label: str, source: str, commit: object) -> str:
+    """One ``VARIANTS`` word as the run recorded it: ``label=source`` when the label was
+    given (``mine=git:REPO@mine``), and a git ref pinned to the commit it resolved to
+    (a branch names another commit tomorrow)."""
+    if not is_na(commit) and str(commit) and source.startswith("git:") and "@" in source:
+        source = source.rsplit("@", 1)[0] + "@" + str(commit)
+    return source if label == source else f"{label}={source}"
 
 
 #: Make assignments per line of a reproduce command (keeps lines under ~90 characters).
@@ -238,7 +247,7 @@ def reproduce_commands(data: processed.Processed) -> str:
             "  make bench " + " \\\n      ".join(" ".join(g) for g in [host_line, *args[1:]])
         )
         lines.append("done")
-    lines.append("make report   # rebuilds data/processed, reports/report.html, pr-writeup.md")
+    lines.append("make report   # rebuilds data/processed, reports/report.html, reports/writeups/")
     return "```sh\n" + "\n".join(lines) + "\n```"
 
 

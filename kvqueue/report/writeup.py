@@ -1,30 +1,36 @@
-"""``reports/pr-writeup.md``: the report's sections (:mod:`kvqueue.report.sections`) as Markdown.
+"""One Markdown writeup per question: ``reports/writeups/<question>.md``.
 
-Shaped like a pull-request description: the summary, the compact results table, the
-validation paragraph, one line of environment per host and the reproduce commands are
-visible; every full table and the methods sit inside ``<details>``; figures are image
-links with alt text (the PR author uploads the PNGs). Sections too long for a PR
-description (``Section.writeup`` false) are only named, as being in ``report.html``.
+:func:`write_writeups` finds the questions of the data (:mod:`kvqueue.report.questions`:
+each A/B comparison, each release history, the policy study) and writes one writeup for
+each, shaped like a pull-request description and about that question only: what was
+compared, the answer with its intervals, how it was measured, how to reproduce it. The
+answer, the validation, the environment and the reproduce commands are visible; full
+tables, methods and diffs sit inside ``<details>``; figures (drawn for the question
+alone into ``reports/writeups/<question>/``) are image links with alt text (the PR author
+uploads the PNGs). The sections come from :mod:`kvqueue.report.question_sections`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvqueue.report import figures, frames, processed, sections
-from kvqueue.report.prose import methods_paragraph, reproduce_commands
+from kvqueue.report import figures, frames, processed, question_sections, questions
+from kvqueue.report.ab_tables import HEADLINE_CASES
+from kvqueue.report.questions import Question
 from kvqueue.report.sections import Section
 
-__all__ = [
-    "methods_paragraph",  # the prose lives in kvqueue.report.prose; kept here for callers
-    "pr_writeup",
-    "reproduce_commands",
-    "section_markdown",
-    "visible_part",
-    "write_pr_writeup",
-]
+__all__ = ["question_writeup", "section_markdown", "visible_part", "write_writeups"]
+
+#: Folder of the writeups inside the report folder.
+WRITEUPS = "writeups"
+#: Size budgets (characters): the visible part for one host (4 interpreters), what each
+#: further host may add, and the whole writeup for 4 hosts (issue 18; checked in
+#: tests/test_writeup.py on synthetic and committed data).
+VISIBLE_BUDGET = 8_000
+VISIBLE_PER_HOST = 2_000
+WHOLE_BUDGET_4_HOSTS = 60_000
 
 #: ``<details>`` blocks of the writeup (as written by :func:`section_markdown`).
 _DETAILS = re.compile(r"<details>.*?</details>", re.S)
@@ -65,6 +71,8 @@ def section_markdown(
     """
     table = "" if section.table is None else frames.to_markdown(section.table)
     figure = _figure(section, files or {}, rel)
+    if not (section.note or table or figure):
+        return ""  # a figure not drawn, and nothing else: no empty heading
     if section.detail:
         label = f"<b>{section.title}</b>"
         if section.table is not None and section.rows:
@@ -78,19 +86,22 @@ def section_markdown(
     return "\n\n".join(p for p in parts if p)
 
 
-def pr_writeup(
-    data: processed.Processed,
-    figures: Mapping[str, Path] | None = None,
+def question_writeup(
+    question: Question,
+    cases: Sequence[str] = HEADLINE_CASES,
+    files: Mapping[str, Path] | None = None,
     figures_rel: str = "figures",
 ) -> str:
-    """The pull-request writeup (GitHub-flavoured Markdown).
+    """The writeup of one question (GitHub-flavoured Markdown).
 
     Parameters
     ----------
-    data
-        Processed tables.
-    figures
-        name -> PNG path of the figures to link (relative to ``figures_rel``).
+    question
+        The question and its scoped data (:func:`kvqueue.report.questions.find`).
+    cases
+        Cases of the A/B tables (``CASES`` of ``make report``).
+    files
+        name -> PNG of the figures drawn for this question.
     figures_rel
         Folder of the figures relative to the writeup.
 
@@ -98,23 +109,19 @@ def pr_writeup(
     -------
     str
     """
-    files = dict(figures or {})
-    all_sections = sections.build(data)
+    files = dict(files or {})
     out = []
     if files:
         out.append(
-            f"<!-- Figures are linked from {figures_rel}/: drag the PNGs from "
-            f"reports/{figures_rel}/ into the PR description to replace the links. -->"
+            f"<!-- Figures are linked from {figures_rel}/: drag the PNGs from there into "
+            "the PR description to replace the links. -->"
         )
-    out += [section_markdown(s, files, figures_rel) for s in all_sections if s.writeup]
-    left = [s for s in all_sections if not s.writeup]
-    if left:
-        names = "; ".join(s.title + (f" ({s.rows} rows)" if s.rows else "") for s in left)
-        out.append(
-            f"Only in `reports/report.html` (too long for a PR description): {names}; "
-            "every number is also in `data/processed/`."
-        )
-    return "\n\n".join(out) + "\n"
+    out += [
+        section_markdown(s, files, figures_rel)
+        for s in question_sections.build(question, cases)
+        if s.writeup
+    ]
+    return "\n\n".join(p for p in out if p) + "\n"
 
 
 def visible_part(markdown: str) -> str:
@@ -122,18 +129,57 @@ def visible_part(markdown: str) -> str:
     return _DETAILS.sub("", markdown)
 
 
-def write_pr_writeup(
-    data: processed.Processed, path: Path | str, figures: Mapping[str, Path] | None = None
-) -> Path:
-    """Write :func:`pr_writeup` to ``path`` (figures linked relative to it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rel = "figures"
-    if figures:
-        first = Path(next(iter(figures.values()))).resolve().parent
-        try:
-            rel = first.relative_to(path.resolve().parent).as_posix()
-        except ValueError:
-            rel = first.as_posix()
-    path.write_text(pr_writeup(data, figures, rel), encoding="utf-8")
-    return path
+def budget(hosts: int) -> tuple[int, int]:
+    """(visible, whole) character budget of a writeup covering ``hosts`` hosts."""
+    visible = VISIBLE_BUDGET + VISIBLE_PER_HOST * max(0, hosts - 1)
+    return visible, WHOLE_BUDGET_4_HOSTS
+
+
+def write_writeups(
+    data: processed.Processed,
+    out_dir: Path | str,
+    cases: Sequence[str] = HEADLINE_CASES,
+    *,
+    draw: bool = True,
+) -> list[Path]:
+    """Write one writeup per question of ``data`` into ``out_dir/writeups/``.
+
+    Writeups of an earlier build that no longer have a question are removed, so the
+    folder holds exactly this build's questions.
+
+    Parameters
+    ----------
+    data
+        Processed tables (every run found).
+    out_dir
+        The report folder (``reports``).
+    cases
+        Cases of the A/B tables (``CASES``; default alloc1 alloc2 mix).
+    draw
+        Draw each question's figures (``False``: text only, for fast tests).
+
+    Returns
+    -------
+    list of pathlib.Path
+        The writeups, newest question first.
+    """
+    folder = Path(out_dir) / WRITEUPS
+    folder.mkdir(parents=True, exist_ok=True)
+    found = questions.find(data)
+    keep = {q.slug for q in found}
+    for stale in folder.glob("*.md"):
+        if stale.stem not in keep:
+            stale.unlink()
+    paths = []
+    for q in found:
+        files: dict[str, Path] = {}
+        if draw:
+            fig_dir = folder / q.slug
+            for stale in fig_dir.glob("*.png"):
+                stale.unlink()
+            for name in question_sections.figure_names(q, cases):
+                files[name] = question_sections.draw(q, name, fig_dir, cases)
+        path = folder / f"{q.slug}.md"
+        path.write_text(question_writeup(q, cases, files, q.slug), encoding="utf-8")
+        paths.append(path)
+    return paths

@@ -19,12 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The path rule lives in the root module kvqueue.releasecache (the history writeup reads
+# cached files without importing the measuring side); its names are used from here too.
+from kvqueue.releasecache import (  # noqa: F401
+    RECORD_NAME,
+    cache_dir,
+    cached_path,
+    record_path,
+)
 from kvqueue.sources.errors import CacheMismatch
 
 #: Path of the module that defines the queue, inside a vLLM wheel or checkout.
 MEMBER = "vllm/v1/core/kv_cache_utils.py"
-#: File name of the digest record kept beside each cached release file.
-RECORD_NAME = "record.json"
 #: Value of the record's ``format`` field; bump it when the fields change meaning.
 #: Format 2 adds ``obtained`` and ``verified`` and allows a null ``wheel_sha256`` (a
 #: range read never sees the whole wheel); format-1 records are still read.
@@ -34,28 +40,6 @@ _RECORD_FORMATS = (1, 2)
 OBTAINED_RANGE = "range"
 OBTAINED_DOWNLOAD = "download"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-def cache_dir() -> Path:
-    """Return the cache folder: ``${XDG_CACHE_HOME:-~/.cache}/kvqueue``.
-
-    Returns
-    -------
-    Path
-        The folder (not created here).
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kvqueue"
-
-
-def cached_path(version: str) -> Path:
-    """Return where the cached ``kv_cache_utils.py`` of ``version`` lives (may not exist)."""
-    return cache_dir() / f"vllm-{version}" / "kv_cache_utils.py"
-
-
-def record_path(version: str) -> Path:
-    """Return where the digest record of ``version``'s cached file lives (may not exist)."""
-    return cached_path(version).with_name(RECORD_NAME)
 
 
 def sha256_file(path: Path) -> str:

@@ -1,0 +1,391 @@
+"""The sections of one question's writeup (:mod:`kvqueue.report.writeup`), and its figures.
+
+A writeup is a pull-request description of one question (:mod:`kvqueue.report.questions`)
+and holds nothing else:
+
+- **A/B comparison**: what was compared (title and one paragraph), the answer (summary
+  per case and host, forest plot, results per host × interpreter), the times behind it
+  (folded), validation, environment, methods and variants (folded), the reproduce
+  commands, the runs used (folded);
+- **release history**: the versions compared, each significant step with its change
+  (range over the cells), the figure, per step a folded diff of the queue and block
+  classes (:mod:`kvqueue.history.diffs`), the full step table and the method (folded),
+  the reproduce commands;
+- **policy study**: the policy section of the report, and the reproduce command.
+
+Every section is built from the question's scoped data; a part without data is left out.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from kvqueue.analysis import ab, stats
+from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
+from kvqueue.history import diffs
+from kvqueue.history import report as history_report
+from kvqueue.policy import report as policy_report
+from kvqueue.report import ab_tables, figures, processed, prose, provenance, questions
+from kvqueue.report.ab_tables import CASE_CYCLES, HEADLINE_CASES
+from kvqueue.report.questions import Question
+from kvqueue.report.sections import Section
+
+#: Figures of each kind of question (keys of :data:`kvqueue.report.figures.FIGURES`, or
+#: ``forest`` drawn for the selected cases).
+_FIGURES = {
+    questions.AB: ("forest", "process_ratios"),
+    questions.HISTORY: ("history",),
+    questions.POLICY: ("policy",),
+}
+#: What the "times behind the results" cells are, and why they can disagree with the
+#: reduction (issue 18: mix · 2,048 read 771.6 -> 670.9 ns beside +0.5 % [-1.0, 3.2]).
+TIMES_NOTE = (
+    "Per cell: baseline ns → candidate ns per cycle, each the median over processes of the "
+    "per-process median time, aggregated *independently* for the two variants · processes "
+    "in which the candidate was faster. The reduction in the results is instead "
+    "1 − the median over processes of the *paired* per-process ratio candidate/baseline, "
+    "so the drift between processes (one process slower for both variants) cancels in it "
+    "but not in these medians: the two can disagree, and the reduction is the answer."
+)
+
+
+def cases_shown(data: processed.Processed, cases: Sequence[str]) -> list[str]:
+    """The selected cases that the question's runs measured (in the report's case order)."""
+    present = ab_tables.present_cases(data, "main")
+    return [c for c in present if c in cases]
+
+
+def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> list[str]:
+    """The figures the question's writeup links (none for an A/B question without cases)."""
+    if question.kind == questions.AB and not cases_shown(question.data, cases):
+        return []
+    return list(_FIGURES[question.kind])
+
+
+def draw(question: Question, name: str, folder: Path, cases: Sequence[str]) -> Path:
+    """Draw one figure of the question into ``folder`` and return the PNG's path."""
+    if name == "forest":
+        fig = figures.forest(question.data, cases=cases_shown(question.data, cases))
+        return figures.save(fig, folder, name)
+    return figures.draw(question.data, name, folder)
+
+
+def build(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> list[Section]:
+    """The sections of the question's writeup, in reading order.
+
+    Parameters
+    ----------
+    question
+        The question and its scoped data.
+    cases
+        Cases of the A/B tables.
+
+    Returns
+    -------
+    list of Section
+    """
+    if question.kind == questions.AB:
+        return _ab(question, cases)
+    if question.kind == questions.HISTORY:
+        return _history(question)
+    return _policy(question)
+
+
+# ---------------------------------------------------------------------------------------
+# A/B comparison
+
+
+def _drop_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    # One comparison per writeup: its name is the title, not a column.
+    if table.empty or "Comparison" not in table.columns:
+        return table
+    out = table.drop(columns="Comparison")
+    out.attrs = {
+        k: [c for c in v if c != "Comparison"] if isinstance(v, list) else v
+        for k, v in table.attrs.items()
+    }
+    return out
+
+
+def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str:
+    data = question.data
+    cand, base = question.pair or ("?", "?")
+    heads = data.headline_runs()
+    hosts, pythons = heads["host"].nunique(), heads["interpreter"].nunique()
+    text = (
+        f"Paired, order-randomized A/B timing of `{cand}` (candidate) against `{base}` "
+        f"(baseline) on {hosts} host{'s' if hosts != 1 else ''} × {pythons} "
+        f"interpreter{'s' if pythons != 1 else ''}: the newest run of each that compared "
+        "them. *Reduction* = 1 − median over processes of the per-process time ratio "
+        "candidate/baseline (> 0: the candidate is faster)."
+    )
+    few = heads[heads["processes"].fillna(0).astype(float) < stats.MIN_PROCESSES]
+    if len(few):
+        text += (
+            f" {len(few)} of {len(heads)} runs have fewer than {stats.MIN_PROCESSES} "
+            "processes: their intervals read n/a (too few processes)."
+        )
+    missing = [c for c in cases if c not in shown]
+    if missing:
+        text += (
+            f" Not measured in these runs: {', '.join(f'`{c}`' for c in missing)} "
+            "(select cases with `make report CASES=...`)."
+        )
+    if shown:
+        text += " " + "; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in shown) + "."
+    return text
+
+
+def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
+    data = question.data
+    shown = cases_shown(data, cases)
+    ci = ci_header(data.settings.confidence)
+    out = [Section("title", question.title, level=1, note=_ab_intro(question, shown, cases))]
+    if shown:
+        summary = _drop_comparison(ab_tables.summary_table(data, shown))
+        grid = _drop_comparison(ab_tables.headline_grid(data, shown))
+        times = _drop_comparison(ab_tables.ns_grid(data, shown))
+        out += [
+            Section(
+                "summary",
+                "Answer",
+                note=(
+                    "Per case and host: the lowest and the highest reduction over its "
+                    f"interpreters and pools, each with its {ci}, and the verdicts."
+                ),
+                table=summary,
+            ),
+            Section("forest", figures.FIGURES["forest"].title, level=3, figure="forest"),
+            Section(
+                "results",
+                "Results per host × interpreter",
+                level=3,
+                note=f"Reduction [{ci}] and verdict, pools (blocks) side by side.",
+                table=grid,
+            ),
+            Section(
+                "results-ns",
+                "Times behind the results (medians of times, not of paired ratios)",
+                level=3,
+                note=TIMES_NOTE,
+                table=times,
+                detail=True,
+            ),
+        ]
+    out += [
+        Section("validation", "Validation", note=prose.validation_paragraph(data)),
+        Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
+        Section("methods", "Methods", note=prose.methods_paragraph(data), detail=True),
+        Section(
+            "variants",
+            "Variants",
+            note="sha256 prefixes of the class source and of the file it was cut from.",
+            table=provenance.variants_table(_pair_variants(question)),
+            detail=True,
+        ),
+    ]
+    if shown:
+        out.append(
+            Section(
+                "process-ratios",
+                figures.FIGURES["process_ratios"].title,
+                figure="process_ratios",
+                detail=True,
+            )
+        )
+    out += [
+        Section("reproduce", "Reproduce", note=prose.reproduce_commands(data)),
+        Section("runs", "Runs used", note=_runs_used(data), detail=True),
+    ]
+    return out
+
+
+def _pair_variants(question: Question) -> processed.Processed:
+    """The data with only the pair's variants and their A/A copies (the runs' other
+    variants belong to other questions; the reproduce commands still name them all)."""
+    v = question.data.variants
+    pair = set(question.pair or ())
+    own = v["label"].map(lambda x: str(x) in pair or ab.aa_original(str(x)) in pair)
+    return replace(question.data, variants=v[own])
+
+
+def _runs_used(data: processed.Processed) -> str:
+    heads = data.headline_runs()
+    return "\n".join(
+        f"- {r.host}/{r.run_id}: {r.interpreter}, {_int(r.processes)} processes, "
+        f"protocol {r.protocol}, {r.integrity}, git {r.git_state}"
+        for r in heads.itertuples()
+    )
+
+
+def _int(value: object) -> str:
+    return "?" if is_na(value) else f"{int(value):,}"  # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------------------------------
+# release history
+
+
+def _significant(steps: pd.DataFrame) -> pd.DataFrame:
+    return steps[steps["significant"].astype(bool)] if not steps.empty else steps
+
+
+def _step_lines(steps: pd.DataFrame) -> list[str]:
+    """One bullet per significant release step: the range of its changes over the cells."""
+    sig = _significant(steps)
+    lines = []
+    order = steps.drop_duplicates("release_range")
+    for rr in order["release_range"]:
+        cells = steps[steps["release_range"] == rr]
+        hits = sig[sig["release_range"] == rr]
+        if hits.empty:
+            continue
+        lo = hits.loc[hits["change"].idxmin()]
+        hi = hits.loc[hits["change"].idxmax()]
+        text = f"{fmt_signed_pct(lo['change'])} {fmt_signed_ci(lo['ci_low'], lo['ci_high'])}"
+        text += f" ({lo['case']}, {lo['interpreter']}, {lo['host']})"
+        if len(hits) > 1:
+            text += (
+                f" to {fmt_signed_pct(hi['change'])} {fmt_signed_ci(hi['ci_low'], hi['ci_high'])}"
+                f" ({hi['case']}, {hi['interpreter']}, {hi['host']})"
+            )
+        lines.append(f"- **{rr}**: {text}; significant in {len(hits)} of {len(cells)} cells")
+    return lines
+
+
+def _ordered_steps(steps: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
+    order = dict(zip(versions["version"], versions["order"], strict=False))
+    return steps.assign(_o=steps["to_version"].map(order)).sort_values(["_o", "host"])
+
+
+def _history(question: Question) -> list[Section]:
+    data = question.data
+    versions, steps = data.history, data.history_steps
+    head = versions.drop_duplicates(["version"]).sort_values("order")
+    runs = versions[["host", "interpreter", "run_id"]].drop_duplicates()
+    steps = _ordered_steps(steps, versions) if not steps.empty else steps
+    hosts, pythons = runs["host"].nunique(), runs["interpreter"].nunique()
+    intro = (
+        f"ns per cycle of {len(head)} distinct versions of vLLM's `FreeKVCacheBlockQueue` "
+        f"and `KVCacheBlock`, from `{head['version'].iloc[0]}` to `{head['version'].iloc[-1]}`, "
+        f"on {hosts} host{'s' if hosts != 1 else ''} × {pythons} "
+        f"interpreter{'s' if pythons != 1 else ''} ("
+        + ", ".join(f"{r.host}/{r.run_id}" for r in runs.itertuples())
+        + "). A step's change is the median over processes of the paired per-process "
+        "ratio newer/older − 1 (+ = the newer release is slower); significant: its "
+        f"{ci_header(data.settings.confidence)} excludes 0."
+    )
+    lines = _step_lines(steps)
+    answer = (
+        "Significant steps (lowest to highest change over the cells: case, interpreter, "
+        "host):\n\n" + "\n".join(lines)
+        if lines
+        else "No step's interval excludes 0."
+    )
+    out = [
+        Section("title", question.title, level=1, note=intro),
+        Section("answer", "Answer", note=answer, figure="history"),
+    ]
+    sig = _significant(steps).drop_duplicates("release_range")
+    if not sig.empty:
+        out.append(
+            Section(
+                "diffs",
+                "What changed at each significant step",
+                note=(
+                    f"Unified diff of {' and '.join(f'`{c}`' for c in diffs.CLASSES)} "
+                    "between the two versions, read from the local release cache when "
+                    "the report was built (never committed).\n\n"
+                    + "\n\n".join(
+                        f"<details><summary>{r.release_range}</summary>\n\n"
+                        + diffs.step_diff(
+                            _releases(versions, r.from_version), _releases(versions, r.to_version)
+                        )
+                        + "\n\n</details>"
+                        for r in sig.itertuples()
+                    )
+                ),
+            )
+        )
+    table = history_report.step_table(steps)
+    if not table.empty:
+        out.append(
+            Section(
+                "steps",
+                "Every significant step per host × interpreter",
+                table=table,
+                detail=True,
+            )
+        )
+    out += [
+        Section("method", "Method", note=history_report.note(versions), detail=True),
+        Section("reproduce", "Reproduce", note=_history_reproduce(data, runs)),
+    ]
+    return out
+
+
+def _releases(versions: pd.DataFrame, version: str) -> list[str]:
+    """Releases that shipped a history version, in the order to look them up in the
+    cache: the label's own, then the first and the last (``[]``: not a release)."""
+    own = diffs.release_of(version)
+    if own is None:
+        return []
+    rows = versions[versions["version"] == version]
+    more = [str(x) for col in ("first_release", "last_release") for x in rows[col].head(1)]
+    return list(dict.fromkeys([own, *more]))
+
+
+def _history_reproduce(data: processed.Processed, runs: pd.DataFrame) -> str:
+    lines = []
+    known = data.runs.set_index(["host", "run_id"]) if not data.runs.empty else None
+    for r in runs.itertuples():
+        line = f"make history HOST={shlex.quote(r.host)}"
+        if known is not None and (r.host, r.run_id) in known.index:
+            exe = known.loc[(r.host, r.run_id), "python_executable"]
+            if not is_na(exe):
+                line += f" PYTHON={shlex.quote(str(exe))}"
+        else:
+            line += f"  # {r.interpreter}: PYTHON=<that interpreter>"
+        lines.append(line)
+    lines.append("make report")
+    return "```sh\n" + "\n".join(lines) + "\n```"
+
+
+# ---------------------------------------------------------------------------------------
+# policy study
+
+
+def _policy(question: Question) -> list[Section]:
+    data = question.data
+    table = policy_report.display_table(data.policy)
+    runs = data.policy[["host", "interpreter", "run_id"]].drop_duplicates()
+    return [
+        Section(
+            "title",
+            question.title,
+            level=1,
+            note=policy_report.note(data.policy, data.settings.confidence),
+            figure="policy",
+        ),
+        Section(
+            "table",
+            f"Policy × window per host × interpreter ({len(table)} rows)",
+            table=table,
+            detail=True,
+        ),
+        Section(
+            "reproduce",
+            "Reproduce",
+            note="```sh\n"
+            + "\n".join(
+                f"make policy HOST={shlex.quote(r.host)}  # {r.interpreter}, run {r.run_id}"
+                for r in runs.itertuples()
+            )
+            + "\nmake report\n```",
+        ),
+    ]
