@@ -364,14 +364,30 @@ def _policy(question: Question) -> list[Section]:
     data = question.data
     table = policy_report.display_table(data.policy)
     runs = data.policy[["host", "interpreter", "run_id"]].drop_duplicates()
+    # The note is the method (two paragraphs), then one reading per host × interpreter ×
+    # variant. With one host the readings are the visible answer; with more, each host's
+    # are folded (about 1,000 characters per reading, over the 2,000 a host may add).
+    paragraphs = policy_report.note(data.policy, data.settings.confidence).split("\n\n")
+    method, readings = "\n\n".join(paragraphs[:2]), paragraphs[2:]
+    hosts = sorted(runs["host"].unique())
+    intro = (
+        f"Allocation policies on the churn workload, {len(runs)} run"
+        f"{'s' if len(runs) != 1 else ''} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
+        " (" + ", ".join(f"{r.host}/{r.run_id}" for r in runs.itertuples()) + ")."
+    )
+    if len(hosts) <= 1:
+        answer = "\n\n".join(readings)
+    else:
+        answer = "\n\n".join(
+            f"<details><summary>Reading of {host}</summary>\n\n"
+            + "\n\n".join(r for r in readings if r.startswith(f"**{host}, "))
+            + "\n\n</details>"
+            for host in hosts
+        )
     return [
-        Section(
-            "title",
-            question.title,
-            level=1,
-            note=policy_report.note(data.policy, data.settings.confidence),
-            figure="policy",
-        ),
+        Section("title", question.title, level=1, note=intro),
+        Section("answer", "Answer", note=answer, figure="policy"),
+        Section("method", "Method", note=method, detail=True),
         Section(
             "table",
             f"Policy × window per host × interpreter ({len(table)} rows)",
