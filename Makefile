@@ -39,8 +39,10 @@ AA        ?=
 BLOCK_SOURCE ?=
 BLOCK_MODE ?=
 RAW_DIR   ?= data/raw
-# make history: the releases to time ('' = every release with the queue).
+# make history: the releases to time ('' = every release with the queue), and a source of
+# your own timed as the newest point after them ('' = none).
 RELEASES ?=
+NEWEST   ?=
 
 # `make policy` parameters: one Make variable per field of kvqueue.params.policy.PolicyParams
 # (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
@@ -72,12 +74,12 @@ VAR_TARGETS   := validate bench quick history policy
 validate_VARS := $(filter-out HOST,$(BENCH_VARS))
 bench_VARS    := $(BENCH_VARS) RAW_DIR
 quick_VARS    := $(filter-out HOST QUICK,$(BENCH_VARS))
-history_VARS  := $(BENCH_VARS) RELEASES RAW_DIR
+history_VARS  := $(BENCH_VARS) RELEASES NEWEST RAW_DIR
 policy_VARS   := $(POLICY_VARS) RAW_DIR
 $(foreach t,$(VAR_TARGETS),$(foreach v,$($(t)_VARS),$(eval $(t): export KVQUEUE_$(v) = $$(value $(v)))))
 # Make exports command-line variables to every recipe, expanding them on the way (a
 # HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES
+unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES NEWEST
 
 .DEFAULT_GOAL := help
 
@@ -122,7 +124,7 @@ bench: $(STAMP) ## collect a run into data/raw/HOST/<run-id>/ (HOST=label requir
 quick: $(STAMP) ## fast A/B loop: gate + paired processes, table in the terminal, nothing written
 	@$(VPY) -m kvqueue quick --from-env
 
-history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, into data/raw/HOST/ (HOST required; RELEASES=...)
+history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, into data/raw/HOST/ (HOST required; RELEASES=..., NEWEST=your source)
 	@$(VPY) -m kvqueue history --from-env
 
 policy: $(STAMP) ## allocation policies on the churn workload into data/raw/HOST/<run-id>/ (HOST=label required)
@@ -141,11 +143,24 @@ REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvq
                 notebooks/report.ipynb
 REPORT_HTML  := reports/report.html
 
-report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and reports/pr-writeup.md from data/raw
-	@echo "report: $(abspath $(REPORT_HTML))  writeup: $(abspath reports/pr-writeup.md)"
+# make report CASES="...": the cases of the writeups' A/B tables ('' = alloc1 alloc2 mix),
+# passed unexpanded. The writeups depend on it, so a given CASES always rebuilds, and a
+# build with other cases leaves reports/writeups/.cases behind so that the next default
+# build rebuilds too.
+REPORT_FORCE := $(if $(value CASES),FORCE,$(wildcard reports/writeups/.cases))
+WRITEUPS_INDEX := reports/writeups/index.txt
 
-$(REPORT_HTML) reports/pr-writeup.md data/processed/manifest.json &: $(REPORT_DEPS)
-	$(VPY) -m kvqueue report --raw-dir data/raw --processed-dir data/processed --out reports
+report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and one writeup per question, reports/writeups/*.md (CASES=...)
+	@echo "report: $(abspath $(REPORT_HTML))"
+	@sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX)
+
+$(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(value CASES)
+$(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
+	$(VPY) -m kvqueue report --raw-dir data/raw --processed-dir data/processed --out reports \
+	  --cases "$$KVQUEUE_REPORT_CASES"
+
+.PHONY: FORCE
+FORCE:
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
 	rm -rf data/processed reports

@@ -107,7 +107,7 @@ _READS: dict[str, _Reads] = {
         _bench_fields(*history_params.CHOSEN),
         history_params.HISTORY_DEFAULTS,
         refused=tuple(f for f in bench_params.bench_fields() if f.name in history_params.CHOSEN),
-        extra=(history_params.RELEASES, RAW_DIR),
+        extra=(history_params.RELEASES, history_params.NEWEST, RAW_DIR),
     ),
     "policy": _Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
     "report": _Reads(tuple(report_params.report_fields())),
@@ -447,6 +447,12 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
         metavar=history_params.RELEASES,
         help=f"{history_params.RELEASES_HELP} [{history_params.RELEASES}; default: '']",
     )
+    p.add_argument(
+        "--newest",
+        default=None,
+        metavar=history_params.NEWEST,
+        help=f"{history_params.NEWEST_HELP} [{history_params.NEWEST}; default: '']",
+    )
     _add_raw_dir(p)
     _add_from_env(p, "history", "the parameters from the environment")
     p.set_defaults(func=_cmd_history)
@@ -461,11 +467,16 @@ def _cmd_history(args: argparse.Namespace) -> None:
     texts = _texts(args, "history")
     if args.from_env:
         releases_text = os.environ.get(history_params.RELEASES_ENV, "")
+        newest_text = os.environ.get(history_params.NEWEST_ENV, "")
     else:
         releases_text = args.releases or ""
+        newest_text = args.newest or ""
     raw_dir = _raw_dir(args)
     bench = history_params.from_text(texts)
-    history_collect.run_history(bench, history_collect.releases_from_text(releases_text), raw_dir)
+    newest = history_params.newest_from_text(newest_text)
+    history_collect.run_history(
+        bench, history_collect.releases_from_text(releases_text), raw_dir, newest=newest
+    )
 
 
 # ------------------------------------------------------------------ policy

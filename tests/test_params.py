@@ -71,10 +71,10 @@ def test_cli_options_are_the_fields() -> None:
     assert _options("bench") == _names(bench) | {"raw_dir", "no_notebook", "from_env"}
     assert _options("quick") == _names(bench, "host", "quick") | {"from_env"}
     history = _names(bench, "variants", "aa", "block_source", "quick")
-    assert _options("history") == history | {"releases", "raw_dir", "from_env"}
+    assert _options("history") == history | {"releases", "newest", "raw_dir", "from_env"}
     assert _options("policy") == _names(policy_params.policy_fields()) | {"raw_dir", "from_env"}
     settings = _names(report_params.report_fields())
-    assert _options("report") == settings | {"raw_dir", "processed_dir", "out", "notebook"}
+    assert _options("report") == settings | {"raw_dir", "processed_dir", "out", "notebook", "cases"}
 
 
 @pytest.mark.parametrize("path", sorted(notebook.expected_parameters_cells()), ids=str)

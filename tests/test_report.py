@@ -153,21 +153,31 @@ def test_html_has_tables_figures_and_no_code(rendered: Path) -> None:
 def test_html_byte_identical_on_rebuild(rendered: Path, fixture_raw: Path, tmp_path: Path) -> None:
     again = _report(fixture_raw, tmp_path)
     assert (again / "report.html").read_bytes() == (rendered / "report.html").read_bytes()
-    assert (again / "pr-writeup.md").read_bytes() == (rendered / "pr-writeup.md").read_bytes()
+    for md in sorted((rendered / "writeups").glob("*.md")):
+        assert (again / "writeups" / md.name).read_bytes() == md.read_bytes(), md.name
+    for png in sorted((rendered / "writeups").glob("*/*.png")):
+        rel = png.relative_to(rendered)
+        assert (again / rel).read_bytes() == png.read_bytes(), rel
     for name in figures.FIGURES:
         png = f"figures/{name}.png"
         assert (again / png).read_bytes() == (rendered / png).read_bytes(), png
 
 
 @pytest.mark.slow
-def test_pr_writeup(rendered: Path) -> None:
-    md = (rendered / "pr-writeup.md").read_text(encoding="utf-8")
-    for heading in ("Summary", "Validation", "Environment", "Reproduce"):
+def test_one_writeup_per_question(rendered: Path) -> None:
+    found = sorted(p.name for p in (rendered / "writeups").glob("*.md"))
+    assert found == ["kvqueue-vs-vllm-0.32.0.md", "vllm-0.32.0-vs-vllm-0.31.0.md"]
+    assert not (rendered / "pr-writeup.md").exists()
+    md = (rendered / "writeups" / "vllm-0.32.0-vs-vllm-0.31.0.md").read_text(encoding="utf-8")
+    assert md.startswith("<!--") and "\n## `vllm==0.32.0` vs `vllm==0.31.0`\n" in md
+    for heading in ("Answer", "Validation", "Environment", "Reproduce"):
         assert f"\n### {heading}\n" in md
     assert "<summary><b>Methods</b></summary>" in md
-    assert re.search(r"\| vllm==0\.32\.0 vs vllm==0\.31\.0 \| synth-a \| CPython 3\.12\.1 \|", md)
+    assert re.search(r"\| synth-a \| CPython 3\.12\.1 \|", md)
     assert "make bench HOST=synth-a" in md and "AA=1" in md
-    assert f"![{figures.FIGURES['forest'].alt}](figures/forest.png)" in md
+    alt = figures.FIGURES["forest"].alt
+    assert f"![{alt}](vllm-0.32.0-vs-vllm-0.31.0/forest.png)" in md
+    assert (rendered / "writeups" / "vllm-0.32.0-vs-vllm-0.31.0" / "forest.png").stat().st_size
     assert "10,000 resamples" in md
 
 

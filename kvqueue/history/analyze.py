@@ -44,6 +44,8 @@ def _versions(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _span(version: Mapping[str, Any]) -> str:
     releases = version["releases"]
+    if not releases:  # a user's own source (NEWEST): no release shipped it
+        return str(version["label"])
     if version.get("non_consecutive"):
         return ", ".join(releases)  # a range would claim the releases in between
     return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
@@ -56,6 +58,8 @@ def _step_range(older: Mapping[str, Any], newer: Mapping[str, Any]) -> str:
     one: the step is from the older's last release to the newer's next one.
     """
     last = older["releases"][-1]
+    if not newer["releases"]:  # a user's own source (NEWEST) after the releases
+        return f"{last} → {newer['label']}"
     after = [r for r in newer["releases"] if version_key(r) > version_key(last)]
     earlier = [r for r in newer["releases"] if version_key(r) < version_key(last)]
     text = f"{last} → {(after or newer['releases'])[0]}"
@@ -127,8 +131,8 @@ def analyze(
                         "order": order,
                         "reduced": run_reduced,
                         "releases": _span(version),
-                        "first_release": version["releases"][0],
-                        "last_release": version["releases"][-1],
+                        "first_release": (version["releases"] or [label])[0],
+                        "last_release": (version["releases"] or [label])[-1],
                         "adapter": version.get("adapter") or "",
                         "n_processes": ns.n,
                         "ns": ns.estimate,

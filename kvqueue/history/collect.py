@@ -268,13 +268,35 @@ def releases_from_text(text: str | None) -> list[str] | None:
     return out
 
 
+def own_version_record(variant: loader.Variant) -> dict[str, Any]:
+    """The ``run.json`` history entry of a user's own source (``NEWEST``): no releases
+    (the report labels its step ``<last release> → <label>``), its digests and adapter."""
+    return {
+        "label": variant.label,
+        "source": variant.source,
+        "key": version_key_of(variant.queue_src.text, variant.block_src.text),
+        "queue_class_sha256": variant.queue_src.sha256,
+        "block_class_sha256": variant.block_src.sha256,
+        "releases": [],
+        "first_release": None,
+        "adapter": variant.adapter,
+        "missing_methods": list(variant.missing),
+        "structure": variant.structure,
+        "non_consecutive": False,
+    }
+
+
 def run_history(
     bench: BenchParams,
     releases: Sequence[str] | None,
     raw_dir: Path,
     run_id: str | None = None,
+    newest: str | None = None,
 ) -> Path:
     """Plan the versions, check everything, and run the paired protocol on them.
+
+    ``newest`` (``NEWEST``) is a source of the user's, timed as the newest point after
+    the releases (:func:`own_version_record`).
 
     The run is a bench run of kind ``history``: its ``history`` record in ``run.json``,
     differences on invalid use recorded (releases whose contracts on invalid use differ
@@ -287,11 +309,19 @@ def run_history(
         The run folder.
     """
     found = plan(releases)
-    bench = replace(bench, variants=tuple(v.source for v in found.versions))
+    sources = tuple(v.source for v in found.versions)
+    record = found.record()
+    if newest is not None:
+        # The user's source is the newest point: first (the baseline every version is
+        # paired with) and the last step of the history. Its gate is the bench's.
+        (variant,) = loader.load_variants([newest], block_mode="own")
+        record["versions"].insert(0, own_version_record(variant))
+        sources = (newest, *sources)
+    bench = replace(bench, variants=sources)
     checked = bench_checks.check(bench)
     kind = runner.RunKind(
         kind=schema.KIND_HISTORY,
-        record={schema.HISTORY_KEY: found.record()},
+        record={schema.HISTORY_KEY: record},
         invalid_ops="record",
         sizing_targets=history_sizing.sizing_targets,
     )

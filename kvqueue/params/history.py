@@ -22,6 +22,15 @@ RELEASES = "RELEASES"
 RELEASES_ENV = ENV_PREFIX + RELEASES
 #: Help of ``RELEASES``.
 RELEASES_HELP = "releases to time, space separated ('': every release with the queue)"
+#: Make variable with a source of the user's to time as the history's newest point.
+NEWEST = "NEWEST"
+#: Environment variable (Make ``NEWEST``).
+NEWEST_ENV = ENV_PREFIX + NEWEST
+#: Help of ``NEWEST``.
+NEWEST_HELP = (
+    "a source of your own timed as the newest point after the releases, e.g. "
+    "mine=git:~/vllm@mine ('': none)"
+)
 #: What a history run changes in the bench defaults, unless a value is given. A process
 #: with 17 versions x 4 cases x 9 samples of 20 ms takes ~20 s here, so the pilot of 11
 #: is ~4 minutes and MAX_MINUTES caps the whole run (gate included) at ~18.
@@ -57,3 +66,21 @@ def from_text(texts: Mapping[str, str | None]) -> bench.BenchParams:
     values = {**HISTORY_DEFAULTS, **given}
     # Two placeholder variants pass the value checks; run_history sets the real ones.
     return bench.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})
+
+
+def newest_from_text(text: str | None) -> str | None:
+    """``NEWEST`` text -> the source to time after the releases (``None`` if empty).
+
+    Raises
+    ------
+    BenchInputError
+        More than one source, or a release (releases are chosen with ``RELEASES``).
+    """
+    words = (text or "").split()
+    if not words:
+        return None
+    if len(words) > 1:
+        raise BenchInputError(f"NEWEST takes one source, got {len(words)}: {text!r}")
+    if words[0].split("=", 1)[-1].startswith("vllm==") or words[0].startswith("vllm=="):
+        raise BenchInputError("NEWEST is a source of your own; releases go in RELEASES")
+    return words[0]

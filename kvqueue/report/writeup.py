@@ -25,6 +25,10 @@ __all__ = ["question_writeup", "section_markdown", "visible_part", "write_writeu
 
 #: Folder of the writeups inside the report folder.
 WRITEUPS = "writeups"
+#: File listing the writeups, newest first (``make report`` prints it).
+INDEX = "index.txt"
+#: Present when the writeups were built with cases other than the default (Makefile).
+CASES_STAMP = ".cases"
 #: Size budgets (characters): the visible part for one host (4 interpreters), what each
 #: further host may add, and the whole writeup for 4 hosts (issue 18; checked in
 #: tests/test_writeup.py on synthetic and committed data).
@@ -182,4 +186,12 @@ def write_writeups(
         path = folder / f"{q.slug}.md"
         path.write_text(question_writeup(q, cases, files, q.slug), encoding="utf-8")
         paths.append(path)
+    # For `make report` when nothing is rebuilt: the writeups, newest first, and whether
+    # they were built with cases other than the default (the Makefile then rebuilds).
+    (folder / INDEX).write_text("".join(f"{p.name}\n" for p in paths), encoding="utf-8")
+    stamp = folder / CASES_STAMP
+    if tuple(cases) == tuple(HEADLINE_CASES):
+        stamp.unlink(missing_ok=True)
+    else:
+        stamp.write_text(" ".join(cases) + "\n", encoding="utf-8")
     return paths
