@@ -245,7 +245,7 @@ def test_history_writeup_within_budget(
     _check_budget(md, hosts=hosts)
     # Each significant step has its diff, folded; the 0.14 -> 0.15 step shows slots=True.
     assert md.count("```diff") == len(steps.loc[steps["significant"], "release_range"].unique())
-    step = md[md.index("<summary>0.14.0 → 0.15.0</summary>") :]
+    step = md[md.index(" 0.14.0 → 0.15.0</summary>") :]
     step = step[: step.index("</details>")]
     assert "-@dataclass()" in step and "+@dataclass(slots=True)" in step
     assert "```diff" not in writeup.visible_part(md)

@@ -130,7 +130,8 @@ def note(versions: pd.DataFrame) -> str:
 
 def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     """ns per cycle by version in release order, per interpreter (rows) and case
-    (columns), with CI error bars; significant steps labelled with their release range.
+    (columns), with CI error bars; significant steps numbered (the same number in every
+    panel), with a key of their release ranges under the panels.
 
     Parameters
     ----------
@@ -166,8 +167,17 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     cells = sorted(
         head.groupby(["case", "pool"]).groups, key=lambda c: (schema.case_rank(c[0]), c[1])
     )
+    sig = _significant_steps(steps)
+    # One number per significant release step, the same in every panel, explained in a
+    # key under the panels: the release ranges written beside the points were 4.5 pt
+    # vertical text, unreadable at 100 % (issue 18).
+    numbers = step_numbers(steps, versions)
+    key_rows = -(-len(numbers) // 3) if numbers else 0
     fig, axes = plt.subplots(
-        len(rows), len(cells), figsize=(4.2 * len(cells), 3.4 * len(rows)), squeeze=False
+        len(rows),
+        len(cells),
+        figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4),
+        squeeze=False,
     )
     for i, (host, interp) in enumerate(rows):
         for j, (case, pool) in enumerate(cells):
@@ -183,40 +193,68 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
             err = np.vstack([y - sub["ns_low"].to_numpy(), sub["ns_high"].to_numpy() - y])
             ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="o-", ms=3, lw=1, capsize=2)
             ax.set_xticks(x)
-            ax.set_xticklabels(sub["first_release"], rotation=70, fontsize=6)
-            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=8)
+            ax.set_xticklabels(sub["first_release"], rotation=90, fontsize=7.5)
+            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
             # Log scale: a step is the same height wherever it lies (0.9.2 is ~5x 0.32.0).
             ax.set_yscale("log")
             ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
-            if not steps.empty:
-                st = steps[
-                    steps["headline"].astype(bool)
-                    & (steps["host"] == host)
-                    & (steps["interpreter"] == interp)
-                    & (steps["case"] == case)
-                    & (steps["pool"] == pool)
-                    & steps["significant"].astype(bool)
-                ]
-                pos = {v: k for k, v in enumerate(sub["version"])}
-                # Every step whose interval excludes 0, labelled with the release range
-                # it spans: vertical, small, alternately above and below the point, so
-                # that neighbouring labels of 17 versions do not overlap.
-                shown = [r for r in st.itertuples() if r.to_version in pos]
-                for n, r in enumerate(sorted(shown, key=lambda r: pos[r.to_version])):
-                    k, up = pos[r.to_version], n % 2 == 0
-                    ax.annotate(
-                        f"{r.release_range} {fmt_signed_pct(r.change, 0)}",
-                        (k, y[k]),
-                        textcoords="offset points",
-                        xytext=(0, 5 if up else -5),
-                        ha="center",
-                        va="bottom" if up else "top",
-                        rotation=90,
-                        fontsize=4.5,
-                        color="tab:red",
-                    )
-                if shown:
-                    ax.margins(y=0.35)  # room for the vertical labels
+            pos = {v: k for k, v in enumerate(sub["version"])}
+            shown = sig[
+                (sig["host"] == host)
+                & (sig["interpreter"] == interp)
+                & (sig["case"] == case)
+                & (sig["pool"] == pool)
+            ]
+            for r in shown.itertuples():
+                if r.to_version not in pos:
+                    continue
+                k = pos[r.to_version]
+                ax.annotate(
+                    str(numbers[r.release_range]),
+                    (k, y[k]),
+                    textcoords="offset points",
+                    xytext=(0, 9 if r.change > 0 else -9),
+                    ha="center",
+                    va="bottom" if r.change > 0 else "top",
+                    fontsize=8.5,
+                    fontweight="bold",
+                    color="tab:red",
+                )
+            if len(shown):
+                ax.margins(y=0.15)
             ax.grid(alpha=0.3)
-    fig.tight_layout()
+    if numbers:
+        key = [f"{n}: {rr}" for rr, n in numbers.items()]
+        per_col = key_rows
+        cols = ["\n".join(key[c * per_col : (c + 1) * per_col]) for c in range(3)]
+        for c, text in enumerate(cols):
+            fig.text(0.02 + 0.32 * c, 0.01, text, fontsize=9, va="bottom", ha="left")
+        key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
+        fig.text(
+            0.02,
+            0.01 + (key_in + 0.08) / fig.get_figheight(),
+            "Red numbers: steps whose interval excludes 0 (above the point: slower; below: faster)",
+            fontsize=9,
+            color="tab:red",
+        )
+        fig.tight_layout(rect=(0, (key_in + 0.35) / fig.get_figheight(), 1, 1))
+    else:
+        fig.tight_layout()
     return fig
+
+
+def _significant_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    if steps.empty:
+        return steps
+    return steps[steps["headline"].astype(bool) & steps["significant"].astype(bool)]
+
+
+def step_numbers(steps: pd.DataFrame, versions: pd.DataFrame) -> dict[str, int]:
+    """Number of each significant release step of the headline runs, oldest first: the
+    figure marks the steps with these numbers, the writeup lists them with the same."""
+    sig = _significant_steps(steps)
+    if sig.empty:
+        return {}
+    order = dict(zip(versions["version"], versions["order"], strict=False))
+    ranked = sig.assign(_o=sig["to_version"].map(order)).sort_values("_o", kind="stable")
+    return {rr: k for k, rr in enumerate(dict.fromkeys(ranked["release_range"]), start=1)}

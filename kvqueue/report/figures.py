@@ -438,7 +438,8 @@ FIGURES: dict[str, FigureSpec] = {
         "ns per cycle across vLLM releases",
         "Line plot per interpreter (rows) and case (columns): median ns per cycle of each "
         "distinct queue version, oldest to newest, labelled by the first release that "
-        "shipped it, with 95% intervals; significant steps of 5% or more are labelled.",
+        "shipped it, with 95% intervals; steps whose interval excludes 0 are numbered in red "
+        "(above the point: slower; below: faster), with a key of their release ranges.",
         lambda data: history_report.figure(data.history, data.history_steps),
     ),
 }

@@ -235,16 +235,14 @@ def _significant(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[steps["significant"].astype(bool)] if not steps.empty else steps
 
 
-def _step_lines(steps: pd.DataFrame) -> list[str]:
-    """One bullet per significant release step: the range of its changes over the cells."""
+def _step_lines(steps: pd.DataFrame, numbers: dict[str, int]) -> list[str]:
+    """One bullet per significant release step, numbered as in the figure: the range of
+    its changes over the cells."""
     sig = _significant(steps)
     lines = []
-    order = steps.drop_duplicates("release_range")
-    for rr in order["release_range"]:
+    for rr, number in numbers.items():
         cells = steps[steps["release_range"] == rr]
         hits = sig[sig["release_range"] == rr]
-        if hits.empty:
-            continue
         lo = hits.loc[hits["change"].idxmin()]
         hi = hits.loc[hits["change"].idxmax()]
         text = f"{fmt_signed_pct(lo['change'])} {fmt_signed_ci(lo['ci_low'], lo['ci_high'])}"
@@ -254,7 +252,9 @@ def _step_lines(steps: pd.DataFrame) -> list[str]:
                 f" to {fmt_signed_pct(hi['change'])} {fmt_signed_ci(hi['ci_low'], hi['ci_high'])}"
                 f" ({hi['case']}, {hi['interpreter']}, {hi['host']})"
             )
-        lines.append(f"- **{rr}**: {text}; significant in {len(hits)} of {len(cells)} cells")
+        lines.append(
+            f"{number}. **{rr}**: {text}; significant in {len(hits)} of {len(cells)} cells"
+        )
     return lines
 
 
@@ -280,10 +280,11 @@ def _history(question: Question) -> list[Section]:
         "ratio newer/older − 1 (+ = the newer release is slower); significant: its "
         f"{ci_header(data.settings.confidence)} excludes 0."
     )
-    lines = _step_lines(steps)
+    numbers = history_report.step_numbers(steps, versions)
+    lines = _step_lines(steps, numbers)
     answer = (
-        "Significant steps (lowest to highest change over the cells: case, interpreter, "
-        "host):\n\n" + "\n".join(lines)
+        "Significant steps, numbered as in the figure (lowest to highest change over the "
+        "cells: case, interpreter, host):\n\n" + "\n".join(lines)
         if lines
         else "No step's interval excludes 0."
     )
@@ -292,6 +293,7 @@ def _history(question: Question) -> list[Section]:
         Section("answer", "Answer", note=answer, figure="history"),
     ]
     sig = _significant(steps).drop_duplicates("release_range")
+    sig = sig.assign(number=sig["release_range"].map(numbers)).sort_values("number")
     if not sig.empty:
         out.append(
             Section(
@@ -302,7 +304,7 @@ def _history(question: Question) -> list[Section]:
                     "between the two versions, read from the local release cache when "
                     "the report was built (never committed).\n\n"
                     + "\n\n".join(
-                        f"<details><summary>{r.release_range}</summary>\n\n"
+                        f"<details><summary>{r.number}. {r.release_range}</summary>\n\n"
                         + diffs.step_diff(
                             _releases(versions, r.from_version), _releases(versions, r.to_version)
                         )
