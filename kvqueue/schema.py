@@ -454,7 +454,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "position": _I,
         "label": _S,
         "source": _S,
-        "commit": _S,  # the commit a git:REPO@REF source resolved to ("" otherwise)
+        "commit": _S,  # the commit a git:REPO@REF source resolved to (missing otherwise)
         "class_name": _S,
         "vllm_version": _S,
         "class_sha256": _S,

@@ -342,10 +342,11 @@ def _release_check(variant: dict[str, Any], digests: dict[str, dict[str, int]]) 
 _GIT_RESOLVED = re.compile(r"@([0-9a-f]{40}):")
 
 
-def _git_commit(resolved: object) -> str:
-    """The commit a ``git:REPO@REF`` variant was read at, from its ``resolved_path``."""
+def _git_commit(resolved: object) -> Any:
+    """The commit a ``git:REPO@REF`` variant was read at, from its ``resolved_path``
+    (missing for any other source)."""
     found = _GIT_RESOLVED.search(str(resolved or ""))
-    return found.group(1) if found else ""
+    return found.group(1) if found else pd.NA
 
 
 def variants_table(raw: rawdata.RawData) -> pd.DataFrame:

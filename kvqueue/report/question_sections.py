@@ -218,7 +218,7 @@ def _runs_used(data: processed.Processed) -> str:
     heads = data.headline_runs()
     return "\n".join(
         f"- {r.host}/{r.run_id}: {r.interpreter}, {_int(r.processes)} processes, "
-        f"protocol {r.protocol}, {r.integrity}, git {r.git_state}"
+        f"protocol {r.protocol}, {r.integrity}, git state: {r.git_state}"
         for r in heads.itertuples()
     )
 
