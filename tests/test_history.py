@@ -292,15 +292,20 @@ def _report_frames(change: float, significant: bool):
     return SimpleNamespace(history=pd.DataFrame(rows), history_steps=pd.DataFrame(steps))
 
 
-def test_figure_labels_every_significant_step_with_its_release_range():
-    """A 1 % step whose interval excludes 0 is labelled too (no 5 % threshold)."""
+def test_figure_numbers_every_significant_step_with_a_key_of_release_ranges():
+    """A 1 % step whose interval excludes 0 is marked too (no 5 % threshold): a number at
+    a readable size in the panel, its release range in the key under the panels."""
     import matplotlib.pyplot as plt
 
     from kvqueue.history import report as history_report
 
     frames = _report_frames(0.01, significant=True)
     fig = history_report.figure(frames.history, frames.history_steps)
-    assert [t.get_text() for t in fig.axes[0].texts] == ["0.1.0 → 0.2.0 +1%"]
+    marks = fig.axes[0].texts
+    assert [t.get_text() for t in marks] == ["1"]
+    assert all(t.get_fontsize() >= 8 and t.get_rotation() == 0 for t in marks)
+    assert any("1: 0.1.0 → 0.2.0" in t.get_text() for t in fig.texts)
+    assert min(t.get_fontsize() for t in fig.axes[0].get_xticklabels()) >= 7
     plt.close(fig)
     frames = _report_frames(0.2, significant=False)
     fig = history_report.figure(frames.history, frames.history_steps)
@@ -394,3 +399,26 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
     steps = {f"{new} vs {old}" for new, old in itertools.pairwise(labels)}
     sized = {key.split(" ", 1)[1] for key in record["sizing"]["required"]}
     assert sized == steps and record["sizing"]["cases"] == list(bench.cases)
+
+
+def test_newest_is_one_source_of_your_own():
+    assert history_params.newest_from_text("") is None
+    assert history_params.newest_from_text(" mine=git:~/v@mine ") == "mine=git:~/v@mine"
+    with pytest.raises(BenchInputError, match="NEWEST is a source of your own"):
+        history_params.newest_from_text("vllm==0.32.0")
+    with pytest.raises(BenchInputError, match="NEWEST takes one source"):
+        history_params.newest_from_text("a.py b.py")
+
+
+def test_own_source_is_the_newest_point_of_the_history(good_path):
+    """NEWEST's record entry has no releases; the analysis labels its step from the last
+    release to its label, and its span is its label."""
+    from kvqueue.history import analyze as history_analyze
+    from kvqueue.sources import loader
+
+    (variant,) = loader.load_variants([f"mine={good_path}"], block_mode="own")
+    own = history_collect.own_version_record(variant)
+    assert own["label"] == "mine" and own["releases"] == []
+    older = {"label": "vllm==0.33.0", "releases": ["0.32.0", "0.33.0"]}
+    assert history_analyze._step_range(older, own) == "0.33.0 → mine"
+    assert history_analyze._span(own) == "mine"

@@ -496,3 +496,36 @@ def test_runs_table_shows_columns_added_later(fixture_data: processed.Processed)
     assert "ALTERED: samples.csv changed" in set(table["Integrity note"])
     assert "Always empty" not in table.columns
     assert list(table.columns)[-1] == "Use"
+
+
+def test_history_ending_at_your_source_is_its_own_question(
+    fixture_data: processed.Processed,
+) -> None:
+    versions, steps, rels = _history_tables(1, pythons=1)
+    run = versions["run_id"].iloc[0]
+    mine = versions[versions["order"] == versions["order"].max()].assign(
+        version="mine", order=len(rels), releases="mine", first_release="mine"
+    )
+    own = pd.concat([versions, mine]).assign(run_id=run + "-own", headline=False)
+    data = dataclasses.replace(
+        fixture_data,
+        history=pd.concat([versions, own], ignore_index=True),
+        history_steps=steps,
+    )
+    found = {q.slug: q for q in questions.find(data) if q.kind == questions.HISTORY}
+    assert set(found) == {"history", "history-mine"}
+    assert found["history-mine"].title == "Release history up to `mine`"
+    assert set(found["history-mine"].data.history["run_id"]) == {run + "-own"}
+    assert set(found["history"].data.history["run_id"]) == {run}
+
+
+def test_report_refuses_an_unknown_case_before_writing(tmp_path: Path, capsys) -> None:
+    from kvqueue import __main__ as cli
+
+    code = cli.main(
+        ["report", "--raw-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--cases", "nope"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown case 'nope'" in err[0]
+    assert not (tmp_path / "out").exists()
