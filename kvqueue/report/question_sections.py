@@ -306,7 +306,8 @@ def _history(question: Question) -> list[Section]:
                     + "\n\n".join(
                         f"<details><summary>{r.number}. {r.release_range}</summary>\n\n"
                         + diffs.step_diff(
-                            _releases(versions, r.from_version), _releases(versions, r.to_version)
+                            _releases(versions, r.from_version, "last_release"),
+                            _releases(versions, r.to_version, "first_release"),
                         )
                         + "\n\n</details>"
                         for r in sig.itertuples()
@@ -331,15 +332,16 @@ def _history(question: Question) -> list[Section]:
     return out
 
 
-def _releases(versions: pd.DataFrame, version: str) -> list[str]:
+def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     """Releases that shipped a history version, in the order to look them up in the
-    cache: the label's own, then the first and the last (``[]``: not a release)."""
+    cache: ``first`` (the step's own release: the older version's last, the newer's
+    first, as the step label names them), then the others (``[]``: not a release)."""
     own = diffs.release_of(version)
     if own is None:
         return []
     rows = versions[versions["version"] == version]
-    more = [str(x) for col in ("first_release", "last_release") for x in rows[col].head(1)]
-    return list(dict.fromkeys([own, *more]))
+    named = [str(x) for col in (first, "first_release", "last_release") for x in rows[col].head(1)]
+    return list(dict.fromkeys([*named, own]))
 
 
 def _history_reproduce(data: processed.Processed, runs: pd.DataFrame) -> str:
