@@ -98,11 +98,40 @@ def fmt_number(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}" if _finite(x) else "n/a"
 
 
-def fmt_number_estimate(x: float, low: float, high: float, digits: int) -> str:
-    """A number with its interval: ``1.23 [1.10, 1.40]``, ``1.23`` without one, or ``n/a``."""
+def clip_interval(
+    low: float, high: float, bounds: tuple[float, float] | None
+) -> tuple[float, float]:
+    """An interval clipped to its metric's range (a share cannot fall below 0: a Student
+    t interval of a mean of shares near 0 can, "prefix hits % 9.31 [-7.18, 25.81]");
+    ``bounds`` ``None``: unchanged. Callers say in their notes that bounds are clipped."""
+    if bounds is None:
+        return low, high
+    lo, hi = bounds
+    if _finite(low):
+        low = min(max(float(low), lo), hi)
+    if _finite(high):
+        high = min(max(float(high), lo), hi)
+    return low, high
+
+
+def fmt_number_estimate(
+    x: float,
+    low: float,
+    high: float,
+    digits: int,
+    *,
+    bounds: tuple[float, float] | None = None,
+    too_few: bool = False,
+) -> str:
+    """A number with its interval: ``1.23 [1.10, 1.40]``, ``1.23`` without one, or ``n/a``;
+    the interval clipped to ``bounds`` (:func:`clip_interval`), and with ``too_few`` a
+    missing one reads ``1.23 [n/a (too few processes)]``."""
     if not _finite(x):
         return "n/a"
+    low, high = clip_interval(low, high, bounds)
     ci = fmt_interval(low, high, lambda v: fmt_number(v, digits))
+    if ci == "n/a" and too_few:
+        return f"{fmt_number(x, digits)} [{TOO_FEW}]"
     return fmt_number(x, digits) if ci == "n/a" else f"{fmt_number(x, digits)} {ci}"
 
 

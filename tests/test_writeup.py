@@ -471,6 +471,16 @@ def test_interval_formatting_is_one_helper() -> None:
     )
     assert formatting.fmt_estimate(np.nan, np.nan, np.nan) == "n/a"
     assert formatting.fmt_pct(-0.0004) == "0.0%"
+    # No bound outside the metric's range: clipped where the caller gives it.
+    assert formatting.fmt_number_estimate(9.31, -7.18, 25.81, 2) == "9.31 [-7.18, 25.81]"
+    assert (
+        formatting.fmt_number_estimate(9.31, -7.18, 25.81, 2, bounds=(0.0, 100.0))
+        == "9.31 [0.00, 25.81]"
+    )
+    assert (
+        formatting.fmt_number_estimate(1.53, np.nan, np.nan, 2, too_few=True)
+        == "1.53 [n/a (too few processes)]"
+    )
 
 
 def test_missing_interval_reads_na_in_the_html(fixture_data: processed.Processed) -> None:

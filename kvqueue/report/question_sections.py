@@ -33,7 +33,7 @@ from kvqueue.policy import report as policy_report
 from kvqueue.report import ab_tables, figures, processed, prose, provenance, questions
 from kvqueue.report.ab_tables import CASE_CYCLES, HEADLINE_CASES
 from kvqueue.report.questions import Question
-from kvqueue.report.sections import Section
+from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
 
 #: Figures of each kind of question (keys of :data:`kvqueue.report.figures.FIGURES`, or
 #: ``forest`` drawn for the selected cases).
@@ -42,16 +42,6 @@ _FIGURES = {
     questions.HISTORY: ("history",),
     questions.POLICY: ("policy",),
 }
-#: What the "times behind the results" cells are, and why they can disagree with the
-#: reduction (issue 18: mix · 2,048 read 771.6 -> 670.9 ns beside +0.5 % [-1.0, 3.2]).
-TIMES_NOTE = (
-    "Per cell: baseline ns → candidate ns per cycle, each the median over processes of the "
-    "per-process median time, aggregated *independently* for the two variants · processes "
-    "in which the candidate was faster. The reduction in the results is instead "
-    "1 − the median over processes of the *paired* per-process ratio candidate/baseline, "
-    "so the drift between processes (one process slower for both variants) cancels in it "
-    "but not in these medians: the two can disagree, and the reduction is the answer."
-)
 
 
 def cases_shown(data: processed.Processed, cases: Sequence[str]) -> list[str]:
@@ -170,7 +160,7 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
             ),
             Section(
                 "results-ns",
-                "Times behind the results (medians of times, not of paired ratios)",
+                TIMES_TITLE,
                 level=3,
                 note=TIMES_NOTE,
                 table=times,

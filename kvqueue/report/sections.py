@@ -6,7 +6,8 @@ Each section holds a heading, a note (Markdown), a display table (from
 figure (from :mod:`kvqueue.report.figures`), plus how to show it. Two renderers read the same list:
 
 - :mod:`kvqueue.report.html` displays it in ``notebooks/report.ipynb`` (the HTML report);
-- :mod:`kvqueue.report.writeup` writes it as ``reports/pr-writeup.md`` (the PR description).
+- :mod:`kvqueue.report.writeup` renders sections as Markdown (each question's writeup,
+  built by :mod:`kvqueue.report.question_sections`).
 
 The order is the reading order of both: the answer first (summary, forest plot, the
 compact results table, validation), then the full tables, the environment, the methods,
@@ -27,6 +28,18 @@ from kvqueue.report import ab_tables, check_tables, figures, processed, prose, p
 from kvqueue.report.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
+#: Heading and text of the "times behind the results": what the cells are, and why they
+#: can disagree with the reduction (issue 18: mix · 2,048 read 771.6 -> 670.9 ns beside
+#: +0.5 % [-1.0, 3.2]).
+TIMES_TITLE = "Times behind the results (medians of times, not of paired ratios)"
+TIMES_NOTE = (
+    "Per cell: baseline ns → candidate ns per cycle, each the median over processes of the "
+    "per-process median time, aggregated *independently* for the two variants · processes "
+    "in which the candidate was faster. The reduction in the results is instead "
+    "1 − the median over processes of the *paired* per-process ratio candidate/baseline, "
+    "so the drift between processes (one process slower for both variants) cancels in it "
+    "but not in these medians: the two can disagree, and the reduction is the answer."
+)
 
 
 @dataclass(frozen=True)
@@ -170,12 +183,9 @@ def build(data: processed.Processed) -> list[Section]:
         ),
         Section(
             "results-ns",
-            "Times behind the results",
+            TIMES_TITLE,
             level=3,
-            note=(
-                "Per cell: baseline ns → candidate ns per cycle (medians over processes of "
-                "the per-process medians) · processes in which the candidate was faster."
-            ),
+            note=TIMES_NOTE,
             table=ab_tables.ns_grid(data),
             table_label="ns per cycle per host × interpreter",
             fold=True,
