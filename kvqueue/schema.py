@@ -532,7 +532,12 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "interpreter": _S,
         "run_id": _S,
         "variant": _S,
-        "headline": _B,  # newest complete policy run per host x interpreter x variant
+        "headline": _B,  # newest complete run per host x interpreter x variant x regime
+        "protocol": _S,  # schema.POLICY_PROTOCOL, or the older protocol (engine steps)
+        "regime": _S,  # chat | agentic | custom | trace ("" for the older protocol)
+        "age": _S,  # age window in turnovers ("200–300"), "steady", "" (older protocol)
+        "age_from": _F,
+        "age_to": _F,
         "policy": _S,
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
