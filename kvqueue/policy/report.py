@@ -162,7 +162,8 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         "into one descriptor only when both ends are adjacent in the same direction.",
         f"Intervals ({ci}) over processes (each its own request stream): Student t "
         "(ratios on the log scale); allocator time (added and net) is the median over "
-        "processes with the order-statistic interval, robust to a descheduled process; p50/p90 are the per-process nearest-rank percentiles "
+        "processes with the order-statistic interval, robust to a descheduled process; "
+        "p50/p90 are the per-process nearest-rank percentiles "
         "of descriptors per READ (the steady state's: the mean of its two halves'). The "
         "steady state is the measurement window, split in two halves; it is declared only "
         "when the halves' descriptor ratios agree within their intervals, otherwise the "
@@ -286,6 +287,7 @@ def figure(policy: pd.DataFrame) -> Figure:
         )
         return fig
     for ax, ((host, interp, variant, regime), grp) in zip(axes, runs, strict=False):
+        del variant  # one headline per variant: the title names host, interpreter, regime
         curve = grp[grp["age"] != STEADY]
         names = [n for n in policy_order(grp["policy"]) if n != LRU]
         palette = sns.color_palette("colorblind", max(1, len(names)))
