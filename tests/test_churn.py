@@ -104,7 +104,7 @@ def test_an_unpin_sends_blocks_to_the_tail_as_last_resort() -> None:
 
 
 def test_a_free_cached_hit_leaves_the_last_resort_set() -> None:
-    side, queue = _side()
+    side, _ = _side()
     side.touch("r", ["k0", "k1"])
     side.allocate("r", 1)
     side.free("r", unpin=True)

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,10 +19,8 @@ from kvqueue import child, schema
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchInputError
 from kvqueue.params import policy as policy_params
-from kvqueue.params.report import ReportSettings
 from kvqueue.policy import analyze as policy_analyze
 from kvqueue.policy import checks as policy_checks
-from kvqueue.policy import collect as policy_collect
 from kvqueue.policy import report as policy_report
 from kvqueue.policy import worker as policy_worker
 from kvqueue.report import processed
@@ -102,9 +99,10 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     steady = table[table["age"] == "steady"]
     red = steady[(steady["policy"] == "contig-inf") & (steady["metric"] == "runs_reduction")]
     assert float(red["estimate"].iloc[0]) > 1.0
-    assert "not settled" in policy_report.display_table(table).to_string() or (
-        steady[steady["metric"] == "settled"]["estimate"] == 1.0
-    ).all()
+    assert (
+        "not settled" in policy_report.display_table(table).to_string()
+        or (steady[steady["metric"] == "settled"]["estimate"] == 1.0).all()
+    )
     # An edited policy_age.csv is left out (altered), never read into the table.
     csv_path = run_dir / schema.POLICY_AGE_CSV
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")

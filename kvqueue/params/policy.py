@@ -30,6 +30,8 @@ from kvqueue.params.spec import param, spec_of
 MAX_TURNOVERS = 100_000.0
 #: Window factors of a default policy run (``inf``: the unbounded search).
 DEFAULT_WINDOWS = ("1", "2", "4", "8", "inf")
+#: The regime of a run that names none.
+DEFAULT_REGIME = "chat"
 #: Workload regimes: the values ``REGIME`` gives the workload fields that were not given
 #: (``custom``: none, the field defaults, the project's workload of before).
 #: chat: short prompts with a high prefix-hit rate (16-token blocks: ~200-token prompts,
@@ -114,7 +116,7 @@ class PolicyParams:
         2, "HOLD_STEPS", "steps the prefill side holds a request before its unpin", "int"
     )
     regime: str = param(
-        "chat",
+        DEFAULT_REGIME,
         "REGIME",
         "workload regime: chat | agentic | custom (REGIME_PRESETS; given variables override)",
     )
@@ -183,14 +185,12 @@ def from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:
         An unknown name, a text that does not parse, or a bad value.
     """
     values = spec.parse_texts(policy_fields(), given)
-    preset = REGIME_PRESETS.get(str(values.get("regime")))
+    regime = values.get("regime", DEFAULT_REGIME)
+    preset = REGIME_PRESETS.get(str(regime))
     if preset is None:
-        raise BenchInputError(
-            f"REGIME must be one of {', '.join(REGIME_PRESETS)}, got {values.get('regime')!r}"
-        )
+        raise BenchInputError(f"REGIME must be one of {', '.join(REGIME_PRESETS)}, got {regime!r}")
     for name, value in preset.items():
-        if given.get(name) is None:  # a variable given on its own overrides the regime
-            values[name] = value
+        values.setdefault(name, value)  # a variable given on its own overrides the regime
     try:
         p = PolicyParams(**values)
     except TypeError as exc:

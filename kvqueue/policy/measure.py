@@ -148,11 +148,13 @@ def synthetic_pass(
 def replay_pass(
     pools: churn.Pools, events: Iterable[dict[str, Any]], pool: int, meter: Meter
 ) -> None:
-    """Run trace ``events`` on ``pools``, window by window, until they end or the age
-    reaches the last edge (``admitted`` counts the first ``alloc`` of each request on
-    the decode side; prefix hits are not known to a trace and stay 0)."""
+    """Run every trace event on ``pools``, window by window (``admitted`` counts the first
+    ``alloc`` of each request on the decode side; prefix hits are not known to a trace
+    and stay 0). The trace is played whole: the last window runs from its lower edge to
+    the end of the trace (its ``age_to`` records where that was), so a trace written up
+    to the run's last edge replays the synthetic run it came from exactly."""
     decode = pools.decode
-    last = len(meter.edges) - 1
+    last = len(meter.edges) - 2  # index of the last window
     seen: set[Hashable] = set()
     meter.ages[0][0] = 0.0
     for event in events:
@@ -160,11 +162,7 @@ def replay_pass(
         while meter.k < last and age >= meter.edges[meter.k + 1]:
             meter.ages[meter.k][1] = age
             meter.k += 1
-            if meter.k < last:
-                meter.ages[meter.k][0] = age
-        if meter.k == last:
-            meter.k = last - 1
-            return
+            meter.ages[meter.k][0] = age
         decode_alloc = event["op"] == "alloc" and event.get("side", churn.DECODE) == churn.DECODE
         if decode_alloc and event["req"] not in seen:
             seen.add(event["req"])

@@ -31,11 +31,15 @@ Choices the description leaves open, made here:
   as it does, before anything is removed.
 - A run is a maximal segment of the queue order with ``|id[i+1] - id[i]| == 1``; since
   ids are distinct such a segment is monotone, so the split is unique.
+- The PR's unpin rule: blocks released by an unpin (``last_resort``) are last-resort
+  candidates; they split runs and are never part of a selected run, so only the
+  ``popleft_n`` remainder (the ordinary fallback) takes them.
 
 The policy uses only the queue's public API: ``iter_blocks_after`` (from the head
-sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``.
-So it runs on a variant with the sentinel structure, its own ``popleft_n`` and
-``iter_blocks_after``: ``kvqueue`` and vLLM 0.26.0 on. Older releases lack
+sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``
+(and the workload's free path ``prepend_n``). So it runs on a variant with the sentinel
+structure, its own ``popleft_n``, ``iter_blocks_after`` and ``prepend_n``: ``kvqueue``
+and vLLM 0.26.0 on. Older releases lack
 ``iter_blocks_after`` (0.10.0-0.25.1) or have the head-tail structure without
 ``popleft_n`` (before 0.10.0); :func:`unsupported` names what such a variant lacks, and
 a policy run refuses it before anything runs. Standard library only: it runs in the bare

@@ -34,9 +34,11 @@ Then the events, in order; ``req`` is a request id (an integer or a string), ``s
     A transfer of the request's first ``K`` blocks from the prefill side to the decode
     side (needs both sides): its descriptor count is measured.
 
-Engine age in a replay is the decode side's allocated blocks over ``pool``. The synthetic
-generator writes its events in this form (:func:`write_synthetic`, ``make policy
-TRACE_OUT=file``); ``data/traces/example.jsonl`` is a small example.
+Engine age in a replay is the decode side's allocated blocks over ``pool``. A trace is
+replayed whole: the age windows are cut at the run's edges, and the last window runs to
+the end of the trace (``TURNOVERS`` should be where the trace ends; ``age_to`` records
+it). The synthetic generator writes its events in this form (:func:`write_synthetic`,
+``make policy TRACE_OUT=file``); ``data/traces/example.jsonl`` is a small example.
 
 Standard library only: the worker reads traces in the measured interpreter.
 """
