@@ -453,3 +453,15 @@ def test_trace_out_then_trace_replays_end_to_end(tmp_path: Path) -> None:
     assert meta["trace"]["events"] > 100 and meta["trace"]["header"]["pool"] == 1024
     table = analyze.analyze(raw)
     assert set(table["regime"]) == {"trace"}
+
+
+def test_a_sensitivity_run_is_named_by_what_it_changed() -> None:
+    base = policy_params.from_text({"host": "h", "regime": "agentic"})
+    assert policy_params.regime_label(base) == "agentic"
+    changed = policy_params.from_text(
+        {"host": "h", "regime": "agentic", "free_order": "append", "prefix_share": "0.3"}
+    )
+    assert policy_params.regime_label(changed) == "agentic, free order append, prefix share 0.3"
+    meta = {"regime_label": "agentic, free order append", "parameters": {"regime": "agentic"}}
+    assert analyze.regime_label(meta) == "agentic, free order append"
+    assert analyze.regime_label({**meta, "trace": {"path": "x"}}) == "trace"

@@ -169,6 +169,23 @@ class PolicyParams:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
+#: The values a sensitivity run may change in a regime, named in its label.
+SENSITIVITY_FIELDS = ("free_order", "prefix_share", "families", "hold_steps")
+
+
+def regime_label(p: PolicyParams) -> str:
+    """``REGIME``, with every :data:`SENSITIVITY_FIELDS` value that differs from the
+    regime's preset (or the field default), e.g. ``chat, free order append``."""
+    preset = REGIME_PRESETS.get(p.regime, {})
+    defaults = {f.name: f.default for f in policy_fields()}
+    parts = [p.regime]
+    for name in SENSITIVITY_FIELDS:
+        value = getattr(p, name)
+        if value != preset.get(name, defaults[name]):
+            parts.append(f"{name.replace('_', ' ')} {value}")
+    return ", ".join(parts)
+
+
 def policy_fields() -> list[Any]:
     """The fields of :class:`PolicyParams`, in order."""
     return list(fields(PolicyParams))

@@ -473,7 +473,7 @@ def analyze(
         else:
             no_age = {"age": "", "age_from": math.nan, "age_to": math.nan}
             metrics = [{**no_age, **r} for r in run_metrics(run["rows"], settings.confidence)]
-        regime = ("trace" if meta.get("trace") else str(params.get("regime", ""))) if steady else ""
+        regime = regime_label(meta) if steady else ""
         for r in metrics:
             rows.append(
                 {
@@ -520,9 +520,17 @@ def _regime_key(meta: dict[str, Any]) -> str:
     protocol × regime (the free order and the prefix share are part of the regime)."""
     if meta.get("protocol") != schema.POLICY_PROTOCOL:
         return _regime_of(OLDER_PROTOCOL, "")
-    params = meta["parameters"]
-    regime = "trace" if meta.get("trace") else str(params.get("regime", ""))
-    return _regime_of(schema.POLICY_PROTOCOL, regime)
+    return _regime_of(schema.POLICY_PROTOCOL, regime_label(meta))
+
+
+def regime_label(meta: dict[str, Any]) -> str:
+    """The regime of a steady-state run as the report names it: ``trace``, or the label
+    the run recorded (:func:`kvqueue.params.policy.regime_label`: the ``REGIME`` with the
+    free order and hit structure where they differ from its preset), so that a
+    sensitivity run is its own headline."""
+    if meta.get("trace"):
+        return "trace"
+    return str(meta.get("regime_label") or meta["parameters"].get("regime", ""))
 
 
 def _regime_of(protocol: str, regime: str) -> str:

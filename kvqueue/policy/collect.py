@@ -43,6 +43,7 @@ from typing import Any
 from kvqueue import schema
 from kvqueue.bench import runfiles, runner
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.params import policy as policy_params
 from kvqueue.params.bench import BenchParams
 from kvqueue.params.policy import PolicyParams
 from kvqueue.policy import measure, trace
@@ -216,6 +217,7 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
             "workload": p.workload(),
             "policies": p.policies,
             "protocol": schema.POLICY_PROTOCOL,
+            "regime_label": policy_params.regime_label(p),
             "age_edges": edges,
             "trace": traced,
             "gate": [

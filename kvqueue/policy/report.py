@@ -317,6 +317,12 @@ def figure(policy: pd.DataFrame) -> Figure:
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
         ax.set_xscale("log")
         ax.set_yscale("log")  # ratios: 2x fewer and 2x more are the same distance
+        # The estimates set the scale; a band from two processes can span decades and
+        # would flatten every curve (it is clipped at the panel's edge instead).
+        shown = curve[curve["metric"].isin(["desc_reduction", "runs_reduction"])]["estimate"]
+        shown = shown[np.isfinite(shown) & (shown > 0)]
+        if len(shown):
+            ax.set_ylim(min(0.8, shown.min() / 1.5), max(1.25, shown.max() * 1.5))
         ax.set_xlabel("engine age, pool turnovers (shaded: steady-state measurement)")
         ax.set_ylabel("descriptors per READ, lru ÷ policy")
         ax.set_title(f"{host} · {interp} · {regime}", fontsize=11)
