@@ -113,7 +113,12 @@ class PolicyParams:
         "vllm", "FREE_ORDER", "free path: vllm (unhashed prepended) | append (all appended)"
     )
     hold_steps: int = param(
-        2, "HOLD_STEPS", "steps the prefill side holds a request before its unpin", "int"
+        2, "HOLD_STEPS", "steps the prefill side holds a request before releasing it", "int"
+    )
+    prefill_release: str = param(
+        "free",
+        "PREFILL_RELEASE",
+        "prefill side's release: free (vLLM's free path) | unpin (last-resort candidates)",
     )
     regime: str = param(
         DEFAULT_REGIME,
@@ -153,6 +158,7 @@ class PolicyParams:
         "families",
         "free_order",
         "hold_steps",
+        "prefill_release",
     )
 
     @property
@@ -170,7 +176,7 @@ class PolicyParams:
 
 
 #: The values a sensitivity run may change in a regime, named in its label.
-SENSITIVITY_FIELDS = ("free_order", "prefix_share", "families", "hold_steps")
+SENSITIVITY_FIELDS = ("free_order", "prefill_release", "prefix_share", "families", "hold_steps")
 
 
 def regime_label(p: PolicyParams) -> str:
@@ -276,7 +282,7 @@ def check_fields(p: PolicyParams) -> None:
     if p.trace and p.trace_out:
         raise BenchInputError("TRACE and TRACE_OUT together: replay a trace or write one")
     for name in PolicyParams.WORKLOAD_FIELDS:
-        if name == "free_order":
+        if name in ("free_order", "prefill_release"):
             continue  # checked with the workload (kvqueue.policy.churn.Workload.problem)
         kind = spec_of(next(f for f in policy_fields() if f.name == name)).kind
         if kind == "int" and not whole(getattr(p, name)):

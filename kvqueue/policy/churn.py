@@ -39,7 +39,8 @@ pool (a :class:`Side` each); the events are exactly those of a trace
   at most ``decode_max``), then ``free``;
 - with a prefill side: the same prefill is allocated there too (its own prefix cache),
   ``read`` pairs the whole prefill block lists (prefix hits plus new blocks), and after
-  ``hold_steps`` steps the prefill side releases the request by an unpin;
+  ``hold_steps`` steps the prefill side releases the request (``prefill_release``:
+  ``free``, vLLM's free path, or ``unpin``, the PR's last-resort path);
 - *prefix-cache hits*: a share ``prefix_share`` of the requests belongs to one of
   ``families`` prompt families (Zipf weights 1/k); each family has a fixed prefix of up
   to ``prefill_median`` blocks, keyed ``(family, index)``; a request touches its
@@ -71,6 +72,10 @@ from typing import Any
 
 #: Free orders: vLLM's free path (unhashed prepended, hashed appended) or all appended.
 FREE_ORDERS = ("vllm", "append")
+#: How the prefill side releases a request after its READ: vLLM's free path (the
+#: connector frees a finished transfer's blocks like any other), or an unpin (the PR's
+#: last-resort path).
+PREFILL_RELEASES = ("free", "unpin")
 #: The sides of :class:`Pools` (trace field ``side``).
 DECODE, PREFILL = "d", "p"
 
@@ -101,6 +106,7 @@ class Workload:
     steps: int = 3_000
     free_order: str = "vllm"
     hold_steps: int = 2
+    prefill_release: str = "free"
 
     def record(self) -> dict[str, Any]:
         """JSON-ready copy."""
@@ -113,6 +119,13 @@ class Workload:
             if f.name == "free_order":
                 if value not in FREE_ORDERS:
                     return f"free_order must be one of {', '.join(FREE_ORDERS)}, got {value!r}"
+                continue
+            if f.name == "prefill_release":
+                if value not in PREFILL_RELEASES:
+                    return (
+                        f"prefill_release must be one of {', '.join(PREFILL_RELEASES)}, "
+                        f"got {value!r}"
+                    )
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return f"{f.name} must be a number, got {value!r}"
@@ -486,9 +499,10 @@ class Churn:
             self.active.remove(req)
             apply({"op": "free", "req": req.rid})
             self.completed += 1
+        unpin = self.w.prefill_release == "unpin"
         while self.releases and self.releases[0][0] <= now:
             _, rid = self.releases.popleft()
-            apply({"op": "free", "req": rid, "side": PREFILL, "unpin": True})
+            apply({"op": "free", "req": rid, "side": PREFILL, "unpin": unpin})
         while len(self.active) < self.w.concurrency:
             if self.pending is None:
                 self.pending = self.stream.next()

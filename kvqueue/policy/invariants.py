@@ -273,6 +273,7 @@ CHECK_WORKLOAD = churn.Workload(
     families=6,
     warmup_steps=0,
     steps=400,
+    prefill_release="unpin",  # exercises the last-resort rule on the prefill side
 )
 #: A contiguous policy must see at least this many allocations of >= threshold blocks in
 #: the check, or the check refuses: otherwise it passes without testing the search.
