@@ -156,7 +156,9 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         "queue-adjacent runs of consecutive ids, longest first, never using blocks "
         "released by an unpin (the PR's last-resort rule). Both a prefill-side and a "
         "decode-side pool run the policy; vLLM's free path prepends a request's unhashed "
-        "last block and appends the rest reversed; the prefill side releases by unpin. "
+        "last block and appends the rest reversed (`free order append`: all appended); the "
+        "prefill side releases a request after its READ by that free path, or by an unpin "
+        "where the regime says `prefill release unpin`. "
         "*Engine age* is in pool turnovers (allocations totalling the pool size). A READ "
         "pairs a request's whole prefill block list on both sides; two neighbours merge "
         "into one descriptor only when both ends are adjacent in the same direction.",
