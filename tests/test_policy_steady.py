@@ -363,6 +363,11 @@ def test_the_age_curve_has_a_point_per_window_and_policy(tmp_path: Path) -> None
     assert len(line.get_xdata()) == 3 and ax.get_xscale() == "log"
 
 
+def _older_policy_run(meta: dict) -> bool:
+    """A committed policy run made before the steady-state protocol."""
+    return meta.get("kind") == "policy" and "protocol" not in meta
+
+
 def test_the_report_reads_older_and_steady_runs_together(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=200)
@@ -372,7 +377,7 @@ def test_the_report_reads_older_and_steady_runs_together(tmp_path: Path) -> None
     found = [
         f.parent
         for f in sorted((REPO_ROOT / "data" / "raw").glob("*/*/run.json"))
-        if json.loads(f.read_text()).get("kind") == "policy"
+        if _older_policy_run(json.loads(f.read_text()))
     ]
     assert found, "no committed older policy run"
     src = found[0]
@@ -401,7 +406,7 @@ def test_the_older_committed_runs_still_read() -> None:
     committed = sorted(
         f"{p.parent.parent.name}/{p.parent.name}"
         for p in (REPO_ROOT / "data" / "raw").glob("*/*/run.json")
-        if json.loads(p.read_text()).get("kind") == "policy"
+        if _older_policy_run(json.loads(p.read_text()))
     )
     assert older == committed
 
