@@ -48,7 +48,8 @@ NEWEST   ?=
 # (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
 POLICY_VARS := HOST PYTHON VARIANT WINDOWS THRESHOLD PROCESSES SEED CPU GC POOL CONCURRENCY \
                PREFILL PREFILL_SIGMA PREFILL_MAX DECODE DECODE_SIGMA DECODE_MAX DECODE_EVERY \
-               PREFIX_SHARE FAMILIES WARMUP_STEPS STEPS
+               PREFIX_SHARE FAMILIES FREE_ORDER HOLD_STEPS PREFILL_RELEASE REGIME WARMUP_TURNOVERS TURNOVERS \
+               TRACE TRACE_OUT DESC_COST_NS
 VARIANT ?=
 WINDOWS ?=
 THRESHOLD ?=
@@ -63,8 +64,15 @@ DECODE_MAX ?=
 DECODE_EVERY ?=
 PREFIX_SHARE ?=
 FAMILIES ?=
-WARMUP_STEPS ?=
-STEPS ?=
+FREE_ORDER ?=
+HOLD_STEPS ?=
+PREFILL_RELEASE ?=
+REGIME ?=
+WARMUP_TURNOVERS ?=
+TURNOVERS ?=
+TRACE ?=
+TRACE_OUT ?=
+DESC_COST_NS ?=
 
 # The variables each target reads, exported to it alone as KVQUEUE_<NAME> (what
 # `python -m kvqueue TARGET --from-env` reads; tests/test_params.py checks that they agree).
@@ -127,7 +135,7 @@ quick: $(STAMP) ## fast A/B loop: gate + paired processes, table in the terminal
 history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, into data/raw/HOST/ (HOST required; RELEASES=..., NEWEST=your source)
 	@$(VPY) -m kvqueue history --from-env
 
-policy: $(STAMP) ## allocation policies on the churn workload into data/raw/HOST/<run-id>/ (HOST=label required)
+policy: $(STAMP) ## allocation policies against engine age (REGIME=chat|agentic, or TRACE=file) into data/raw/HOST/<run-id>/ (HOST required; TRACE_OUT=file writes a trace)
 	@$(VPY) -m kvqueue policy --from-env
 
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/

@@ -486,9 +486,11 @@ def _add_policy(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "policy",
         help="allocation policies on a churn workload into data/raw/<host>/<run-id>/",
-        description="Check and time the allocation policies (lru and the contiguous-run "
-        "policy per window factor) on the seeded churn workload. Every option is also a "
-        "Make variable of `make policy` (shown in brackets).",
+        description="Gate, check and time the allocation policies (lru and the "
+        "contiguous-run policy per window factor) on the seeded churn workload (REGIME) "
+        "or a trace (TRACE), against engine age in pool turnovers; TRACE_OUT writes the "
+        "synthetic workload as a trace instead. Every option is also a Make variable of "
+        "`make policy` (shown in brackets).",
     )
     _add_param_options(p, "policy")
     _add_raw_dir(p)
@@ -501,10 +503,29 @@ def _cmd_policy(args: argparse.Namespace) -> None:
     from kvqueue import schema
     from kvqueue.policy import checks as policy_checks
     from kvqueue.policy import collect as policy_collect
+    from kvqueue.policy import trace as policy_trace
+    from kvqueue.subject.block import KVCacheBlock
+    from kvqueue.subject.ours import FreeKVCacheBlockQueue
 
     texts = _texts(args, "policy")
     raw_dir = _raw_dir(args)
-    checked, info = policy_checks.check(policy_params.from_text(texts))
+    given = policy_params.from_text(texts)
+    if given.trace_out:
+        # Writes the synthetic workload's events (under lru, on this project's queue: the
+        # events do not depend on the variant) and runs nothing else.
+        policy_checks.check_values(given)
+        workload = policy_checks.workload_of(given)
+        count = policy_trace.write_synthetic(
+            given.trace_out,
+            workload,
+            given.seed,
+            given.turnovers,
+            FreeKVCacheBlockQueue,
+            KVCacheBlock,
+        )
+        print(f"wrote {given.trace_out}: {count:,} events, {given.turnovers} turnovers")
+        return
+    checked, info = policy_checks.check(given)
     run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
     policy_collect.run_policy(checked, info, raw_dir, run_id)
 

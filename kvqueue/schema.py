@@ -533,7 +533,12 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "interpreter": _S,
         "run_id": _S,
         "variant": _S,
-        "headline": _B,  # newest complete policy run per host x interpreter x variant
+        "headline": _B,  # newest complete run per host x interpreter x variant x regime
+        "protocol": _S,  # schema.POLICY_PROTOCOL, or the older protocol (engine steps)
+        "regime": _S,  # chat | agentic | custom | trace ("" for the older protocol)
+        "age": _S,  # age window in turnovers ("200–300"), "steady", "" (older protocol)
+        "age_from": _F,
+        "age_to": _F,
         "policy": _S,
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
@@ -616,8 +621,42 @@ POLICY_ROW_KEYS = (
     "ns_total",
     "big_ns_total",
 )
-#: ``policy.csv`` header: ``process``, then :data:`POLICY_ROW_KEYS`.
+#: ``policy.csv`` header: ``process``, then :data:`POLICY_ROW_KEYS` (the older protocol:
+#: warm-up and measurement in engine steps; still read, never written).
 POLICY_COLUMNS = ("process", *POLICY_ROW_KEYS)
+#: A steady-state policy run's rows (``run.json`` ``protocol`` :data:`POLICY_PROTOCOL`):
+#: one per process, policy and engine-age window (:mod:`kvqueue.policy.measure`).
+POLICY_AGE_CSV = "policy_age.csv"
+POLICY_PROTOCOL = "steady-state-1"
+POLICY_AGE_ROW_KEYS = (
+    "policy",
+    "window",
+    "order_position",
+    "window_from",
+    "window_to",
+    "age_from",
+    "age_to",
+    "allocations",
+    "blocks",
+    "big_allocations",
+    "big_blocks",
+    "big_runs",
+    "big_blocks_in_runs",
+    "ns_total",
+    "big_ns_total",
+    "prefill_allocations",
+    "prefill_ns_total",
+    "reads",
+    "read_blocks",
+    "descriptors",
+    "desc_p50",
+    "desc_p90",
+    "admitted",
+    "hit_blocks",
+    "prefill_blocks",
+)
+#: ``policy_age.csv`` header: ``process``, then :data:`POLICY_AGE_ROW_KEYS`.
+POLICY_AGE_COLUMNS = ("process", *POLICY_AGE_ROW_KEYS)
 #: ``run.json`` key of a history run's record (kind :data:`KIND_HISTORY`): its versions,
 #: newest first, and whether the releases were given.
 HISTORY_KEY = "history"

@@ -54,16 +54,63 @@ def test_every_policy_sees_the_same_requests() -> None:
     assert sims[0].admitted > 20 and sims[1].admitted > 20
 
 
-def test_completion_frees_in_reversed_order_with_one_append() -> None:
-    blocks = [KVCacheBlock(block_id=i) for i in range(64)]
+def _side(pool: int = 64, free_order: str = "vllm") -> tuple[churn.Side, FreeKVCacheBlockQueue]:
+    blocks = [KVCacheBlock(block_id=i) for i in range(pool)]
     queue = FreeKVCacheBlockQueue(blocks)
-    sim = churn.Churn(SMALL, 1, queue, blocks, queue.popleft_n)
-    req = churn.Request(4, 1, -1, 1, [])
-    assert sim._admit(req)
-    chain = [b.block_id for b in req.blocks]
-    sim.active.remove(req)
-    sim._free(req)
+    return churn.Side(queue, blocks, queue.popleft_n, free_order), queue
+
+
+def test_vllms_free_path_prepends_the_unhashed_block_and_appends_the_rest_reversed() -> None:
+    side, queue = _side()
+    chain = [b.block_id for b in side.allocate("r", 4)]
+    side.free("r")
+    ids = invariants.free_ids(queue)
+    # The last block is the partial, unhashed one: evicted first. The hashed rest is
+    # appended in reverse: the tail of the chain is evicted before its head.
+    assert ids[0] == chain[-1]
+    assert ids[-3:] == chain[-2::-1]
+    assert len(ids) == 64
+
+
+def test_the_append_free_order_appends_everything_reversed() -> None:
+    side, queue = _side(free_order="append")
+    chain = [b.block_id for b in side.allocate("r", 4)]
+    side.free("r")
     assert invariants.free_ids(queue)[-4:] == chain[::-1]
+
+
+def test_a_shared_block_is_freed_only_when_its_last_holder_frees_it() -> None:
+    side, queue = _side()
+    side.touch("a", ["k0", "k1"])  # both miss: allocated with a's alloc, then cached
+    a = [b.block_id for b in side.allocate("a", 1)]
+    assert side.touch("b", ["k0", "k1"]) == 2  # still cached and in use: shared
+    side.allocate("b", 1)
+    side.free("a")
+    free = set(invariants.free_ids(queue))
+    assert a[0] not in free and a[1] not in free and a[2] in free
+    side.free("b")
+    assert set(a) <= set(invariants.free_ids(queue))
+
+
+def test_an_unpin_sends_blocks_to_the_tail_as_last_resort() -> None:
+    side, queue = _side()
+    chain = [b.block_id for b in side.allocate("r", 4)]
+    side.free("r", unpin=True)
+    assert invariants.free_ids(queue)[-4:] == chain[::-1]  # all to the tail, reversed
+    assert side.last_resort == set(chain)
+    # Allocated again: no longer last-resort.
+    again = side.allocate("s", 64)
+    assert not side.last_resort and len(again) == 64
+
+
+def test_a_free_cached_hit_leaves_the_last_resort_set() -> None:
+    side, _ = _side()
+    side.touch("r", ["k0", "k1"])
+    side.allocate("r", 1)
+    side.free("r", unpin=True)
+    assert len(side.last_resort) == 3
+    assert side.touch("s", ["k0", "k1"]) == 2
+    assert len(side.last_resort) == 1
 
 
 def test_prefix_hits_remove_cached_blocks_from_the_middle_of_the_queue() -> None:

@@ -214,8 +214,8 @@ def test_the_check_catches_a_policy_that_breaks_a_rule(monkeypatch) -> None:
     # A broken policy (descending runs kept descending) must be refused by the check.
     original = policies.contiguous
 
-    def broken(queue, n, window_factor=4, threshold=8):
-        got = original(queue, n, window_factor, threshold)
+    def broken(queue, n, window_factor=4, threshold=8, last_resort=()):
+        got = original(queue, n, window_factor, threshold, last_resort)
         return got[::-1] if n >= threshold else got
 
     monkeypatch.setattr(policies, "contiguous", broken)

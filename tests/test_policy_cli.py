@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,10 +19,8 @@ from kvqueue import child, schema
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchInputError
 from kvqueue.params import policy as policy_params
-from kvqueue.params.report import ReportSettings
 from kvqueue.policy import analyze as policy_analyze
 from kvqueue.policy import checks as policy_checks
-from kvqueue.policy import collect as policy_collect
 from kvqueue.policy import report as policy_report
 from kvqueue.policy import worker as policy_worker
 from kvqueue.report import processed
@@ -32,15 +29,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY = [
     "--pool", "1024", "--concurrency", "8", "--prefill-median", "16", "--prefill-max", "96",
     "--decode-median", "4", "--decode-max", "32", "--decode-every", "2", "--families", "4",
-    "--warmup-steps", "150", "--steps", "150", "--processes", "6", "--variant", "kvqueue",
-    "--windows", "1 inf",
+    "--warmup-turnovers", "3", "--turnovers", "8", "--processes", "6",
+    "--variant", "kvqueue", "--windows", "1 inf", "--regime", "custom",
 ]  # fmt: skip
 
 
 def test_policies_follow_the_windows() -> None:
     p = policy_params.from_text({"host": "h", "windows": "2 inf"})
     assert p.policies == ["lru", "contig-w2", "contig-inf"]
-    assert p.workload()["pool"] == 16_384
+    assert p.workload()["pool"] == 16_384 and p.regime == "chat"
 
 
 @pytest.mark.parametrize(
@@ -93,15 +90,21 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     assert meta["processes_completed"]["main"] == 6
     runs = policy_analyze.read_policy_runs(raw)
     assert len(runs) == 1 and runs[0]["altered"] is None
-    assert len(runs[0]["rows"]) == 6 * 3
+    assert meta["protocol"] == schema.POLICY_PROTOCOL and meta["age_edges"][-1] == 8
+    assert meta["gate"][0]["ok"]
+    windows = len(meta["age_edges"]) - 1
+    assert len(runs[0]["rows"]) == 6 * 3 * windows
     table = policy_analyze.analyze(raw)
     assert set(table["policy"]) == {"lru", "contig-w1", "contig-inf"}
-    lru = table[(table["policy"] == "lru") & (table["metric"] == "passed_over")]
-    assert float(lru["estimate"].iloc[0]) == 0.0  # lru never passes over an older block
-    red = table[(table["policy"] == "contig-inf") & (table["metric"] == "runs_reduction")]
+    steady = table[table["age"] == "steady"]
+    red = steady[(steady["policy"] == "contig-inf") & (steady["metric"] == "runs_reduction")]
     assert float(red["estimate"].iloc[0]) > 1.0
-    # An edited policy.csv is left out (altered), never read into the table.
-    csv_path = run_dir / schema.POLICY_CSV
+    assert (
+        "not settled" in policy_report.display_table(table).to_string()
+        or (steady[steady["metric"] == "settled"]["estimate"] == 1.0).all()
+    )
+    # An edited policy_age.csv is left out (altered), never read into the table.
+    csv_path = run_dir / schema.POLICY_AGE_CSV
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")
     assert policy_analyze.read_policy_runs(raw)[0]["altered"]
     assert policy_analyze.analyze(raw).empty
@@ -115,7 +118,11 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     [
         ({"windows": "01"}, "without leading zeros"),
         ({"windows": "1 inf ²"}, "WINDOWS takes whole numbers"),
-        ({"threshold": "600"}, "above prefill_max 512"),
+        ({"threshold": "600"}, "above prefill_max 128"),
+        ({"threshold": "600", "regime": "custom"}, "above prefill_max 512"),
+        ({"regime": "batch"}, "REGIME must be one of"),
+        ({"warmup_turnovers": "50", "turnovers": "40"}, "must be below TURNOVERS"),
+        ({"free_order": "shuffle"}, "free_order must be one of"),
     ],
 )
 def test_more_bad_policy_input_is_one_line(given: dict, words: str) -> None:
@@ -182,7 +189,20 @@ def _row(policy: str, window: str, process: int, big_blocks: int, big_ns: int) -
     }  # fmt: skip
 
 
+def _older_rows_text(rows: list[dict]) -> str:
+    head = ",".join(schema.POLICY_COLUMNS)
+    body = [",".join(str(r[c]) for c in schema.POLICY_COLUMNS) for r in rows]
+    return "\n".join([head, *body]) + "\n"
+
+
+#: ``policy.csv`` as runs of the older protocol wrote it (still read, never written).
+OLDER_TABLE = runfiles.RunTable(
+    schema.POLICY_CSV, _older_rows_text, lambda process, phase, row: {"process": process, **row}
+)
+
+
 def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Path:
+    """A run of the older protocol (``policy.csv``, warm-up in engine steps)."""
     record = {
         "kind": "policy", "run_id": run_id, "host": "h", "status": "running",
         "started_at": f"2026-01-01T00:00:0{run_id[-1]}+00:00",
@@ -194,7 +214,7 @@ def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Pat
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = runfiles.RunWriter(raw / "h" / run_id, record, policy_collect.POLICY_TABLE)
+    writer = runfiles.RunWriter(raw / "h" / run_id, record, OLDER_TABLE)
     for k in range(1, processes + 1):
         # contig takes 1.5x the blocks per >= 8 allocation of lru (other prefix hits) in
         # 1.2x the time: slower per allocation, faster per block.
@@ -221,10 +241,11 @@ def test_time_per_block_pairs_allocations_of_other_sizes(tmp_path: Path) -> None
     assert _metric(table, "contig-w1", "big_ns_ratio") == pytest.approx(1.2)
     assert _metric(table, "contig-w1", "big_block_ns_ratio") == pytest.approx(0.8)
     assert _metric(table, "lru", "ns_per_big_block") == pytest.approx(100 * 1.03)
-    shown = policy_report.display_table(table)
-    cells = [c.split()[0] for c in shown["≥8 time per block × lru"]]
-    assert list(shown["policy"]) == ["lru", "contig-w1", "contig-inf"]
-    assert cells == ["1.00", "0.80", "1.00"]
+    # Older protocol: analysed as before, named in one line, not in the steady-state table.
+    assert set(table["protocol"]) == {policy_analyze.OLDER_PROTOCOL}
+    assert policy_report.display_table(table).empty
+    text = policy_report.note(table, 0.95)
+    assert "Older protocol" in text and "h/r1" in text and "No steady-state" in text
 
 
 def test_a_policy_run_that_differs_from_its_commit_is_left_out(tmp_path: Path) -> None:
@@ -253,17 +274,9 @@ def test_processed_build_passes_git_states_to_the_policy_table(tmp_path, monkeyp
     assert seen["git"] == {"h/r1": "modified"} and data.policy.empty
 
 
-def test_the_figure_draws_one_line_per_variant(tmp_path: Path) -> None:
+def test_the_figure_without_a_steady_state_run_says_so(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    _policy_run(raw, "r2", "vllm==0.32.0")
-    data = SimpleNamespace(policy=policy_analyze.analyze(raw), settings=ReportSettings())
-    fig = policy_report.figure(data.policy)
-    for ax in fig.axes:
-        lines = [c.lines[0] for c in ax.containers]
-        assert len(lines) == 2  # one per headline run, not one per host x interpreter
-        for line in lines:
-            xs = list(line.get_xdata())
-            assert len(xs) == 2 and xs == sorted(xs)  # contig-w1, contig-inf: no zig-zag
-    labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert sorted(labels) == ["h · CPython 3.11.0 · kvqueue", "h · CPython 3.11.0 · vllm==0.32.0"]
+    fig = policy_report.figure(policy_analyze.analyze(raw))
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("No steady-state policy run" in t for t in texts)

@@ -186,7 +186,7 @@ def test_one_writer_serves_samples_and_policy_rows(tmp_path: Path) -> None:
         schema.RunRecord(**{**policy_rec.__dict__, "host": "p"}),
         policy_collect.POLICY_TABLE,
     )
-    row = dict.fromkeys(POLICY_COLUMNS[1:], 0) | {"policy": "lru", "big_rank_excess": 0.5}
+    row = dict.fromkeys(POLICY_COLUMNS[1:], 0) | {"policy": "lru", "age_to": 0.5}
     policy.add_process("main", 1, [row], {"process": 1})
     policy.add_process("main", 2, [row], {"process": 2})
     record = _sealed(policy.dir, POLICY_CSV)

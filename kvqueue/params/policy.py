@@ -26,8 +26,47 @@ from kvqueue.params.checks import (
 )
 from kvqueue.params.spec import param, spec_of
 
+#: Longest run in pool turnovers (a bound on a typo's cost, not a measured limit).
+MAX_TURNOVERS = 100_000.0
 #: Window factors of a default policy run (``inf``: the unbounded search).
 DEFAULT_WINDOWS = ("1", "2", "4", "8", "inf")
+#: The regime of a run that names none.
+DEFAULT_REGIME = "chat"
+#: Workload regimes: the values ``REGIME`` gives the workload fields that were not given
+#: (``custom``: none, the field defaults, the project's workload of before).
+#: chat: short prompts with a high prefix-hit rate (16-token blocks: ~200-token prompts,
+#: 8 shared system prompts, 96 sessions). agentic: as in vLLM PR #55841, ~60 concurrent
+#: long sessions with 128-token blocks (median prompt 256 blocks = 32k tokens, each
+#: session's history reused), so fewer and larger allocations.
+REGIME_PRESETS: dict[str, dict[str, Any]] = {
+    "custom": {},
+    "chat": {
+        "pool": 16_384,
+        "concurrency": 96,
+        "prefill_median": 12.0,
+        "prefill_sigma": 0.8,
+        "prefill_max": 128,
+        "decode_median": 12.0,
+        "decode_sigma": 0.8,
+        "decode_max": 128,
+        "decode_every": 16,
+        "prefix_share": 0.9,
+        "families": 8,
+    },
+    "agentic": {
+        "pool": 32_768,
+        "concurrency": 60,
+        "prefill_median": 256.0,
+        "prefill_sigma": 0.5,
+        "prefill_max": 1024,
+        "decode_median": 4.0,
+        "decode_sigma": 0.8,
+        "decode_max": 32,
+        "decode_every": 128,
+        "prefix_share": 0.9,
+        "families": 60,
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +109,41 @@ class PolicyParams:
         0.5, "PREFIX_SHARE", "share of requests with a cached prompt-family prefix", "float"
     )
     families: int = param(32, "FAMILIES", "prompt families (Zipf weights)", "int")
-    warmup_steps: int = param(2_000, "WARMUP_STEPS", "engine steps before measuring", "int")
-    steps: int = param(3_000, "STEPS", "measured engine steps per policy and process", "int")
+    free_order: str = param(
+        "vllm", "FREE_ORDER", "free path: vllm (unhashed prepended) | append (all appended)"
+    )
+    hold_steps: int = param(
+        2, "HOLD_STEPS", "steps the prefill side holds a request before releasing it", "int"
+    )
+    prefill_release: str = param(
+        "free",
+        "PREFILL_RELEASE",
+        "prefill side's release: free (vLLM's free path) | unpin (last-resort candidates)",
+    )
+    regime: str = param(
+        DEFAULT_REGIME,
+        "REGIME",
+        "workload regime: chat | agentic | custom (REGIME_PRESETS; given variables override)",
+    )
+    warmup_turnovers: float = param(
+        200.0, "WARMUP_TURNOVERS", "engine age (pool turnovers) where measuring starts", "float"
+    )
+    turnovers: float = param(
+        400.0, "TURNOVERS", "engine age (pool turnovers) where the run ends", "float"
+    )
+    trace: str = param("", "TRACE", "JSON Lines trace to replay instead of the workload")
+    trace_out: str = param(
+        "", "TRACE_OUT", "write the synthetic workload as a trace to this file (runs nothing)"
+    )
+    desc_cost_ns: float = param(
+        3423.0,
+        "DESC_COST_NS",
+        "posting cost per descriptor, ns (PR #55841: 79.6 ms / 23,252 descriptors)",
+        "float",
+    )
 
-    #: The fields that are the churn workload's.
+    #: The fields that are the churn workload's (``warmup_steps``/``steps`` stay the
+    #: check's: a policy run counts age in turnovers).
     WORKLOAD_FIELDS = (
         "pool",
         "concurrency",
@@ -86,8 +156,9 @@ class PolicyParams:
         "decode_every",
         "prefix_share",
         "families",
-        "warmup_steps",
-        "steps",
+        "free_order",
+        "hold_steps",
+        "prefill_release",
     )
 
     @property
@@ -102,6 +173,23 @@ class PolicyParams:
     def record(self) -> dict[str, Any]:
         """JSON-ready copy for ``run.json`` (tuples become lists)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+#: The values a sensitivity run may change in a regime, named in its label.
+SENSITIVITY_FIELDS = ("free_order", "prefill_release", "prefix_share", "families", "hold_steps")
+
+
+def regime_label(p: PolicyParams) -> str:
+    """``REGIME``, with every :data:`SENSITIVITY_FIELDS` value that differs from the
+    regime's preset (or the field default), e.g. ``chat, free order append``."""
+    preset = REGIME_PRESETS.get(p.regime, {})
+    defaults = {f.name: f.default for f in policy_fields()}
+    parts = [p.regime]
+    for name in SENSITIVITY_FIELDS:
+        value = getattr(p, name)
+        if value != preset.get(name, defaults[name]):
+            parts.append(f"{name.replace('_', ' ')} {value}")
+    return ", ".join(parts)
 
 
 def policy_fields() -> list[Any]:
@@ -120,6 +208,12 @@ def from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:
         An unknown name, a text that does not parse, or a bad value.
     """
     values = spec.parse_texts(policy_fields(), given)
+    regime = values.get("regime", DEFAULT_REGIME)
+    preset = REGIME_PRESETS.get(str(regime))
+    if preset is None:
+        raise BenchInputError(f"REGIME must be one of {', '.join(REGIME_PRESETS)}, got {regime!r}")
+    for name, value in preset.items():
+        values.setdefault(name, value)  # a variable given on its own overrides the regime
     try:
         p = PolicyParams(**values)
     except TypeError as exc:
@@ -143,7 +237,8 @@ def check_fields(p: PolicyParams) -> None:
     BenchInputError
         On the first bad value.
     """
-    check_host(p.host)
+    if not p.trace_out:  # writing a trace measures nothing: no machine label
+        check_host(p.host)
     check_python_given(p.python)
     if not p.variant or any(not ch.isprintable() for ch in p.variant):
         raise BenchInputError(f"VARIANT {p.variant!r} is empty or holds a control character")
@@ -168,7 +263,27 @@ def check_fields(p: PolicyParams) -> None:
         raise BenchInputError(f"seed must be a whole number, got {p.seed!r}")
     check_gc(p.gc)
     check_cpu(p.cpu)
+    if p.regime not in REGIME_PRESETS:
+        raise BenchInputError(
+            f"REGIME must be one of {', '.join(REGIME_PRESETS)}, got {p.regime!r}"
+        )
+    for name in ("warmup_turnovers", "turnovers", "desc_cost_ns"):
+        value = getattr(p, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise BenchInputError(f"{name} must be a number >= 0, got {value!r}")
+    if not p.warmup_turnovers < p.turnovers <= MAX_TURNOVERS:
+        raise BenchInputError(
+            f"WARMUP_TURNOVERS ({p.warmup_turnovers}) must be below TURNOVERS "
+            f"({p.turnovers}), which is at most {MAX_TURNOVERS}"
+        )
+    for name in ("trace", "trace_out"):
+        if any(not ch.isprintable() for ch in getattr(p, name)):
+            raise BenchInputError(f"{name.upper()} holds a control character")
+    if p.trace and p.trace_out:
+        raise BenchInputError("TRACE and TRACE_OUT together: replay a trace or write one")
     for name in PolicyParams.WORKLOAD_FIELDS:
+        if name in ("free_order", "prefill_release"):
+            continue  # checked with the workload (kvqueue.policy.churn.Workload.problem)
         kind = spec_of(next(f for f in policy_fields() if f.name == name)).kind
         if kind == "int" and not whole(getattr(p, name)):
             raise BenchInputError(f"{name} must be a whole number, got {getattr(p, name)!r}")

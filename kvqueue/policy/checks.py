@@ -16,7 +16,7 @@ from kvqueue.bench.checks import check_python
 from kvqueue.errors import BenchInputError
 from kvqueue.params import policy as policy_params
 from kvqueue.params.policy import PolicyParams
-from kvqueue.policy import churn, policies
+from kvqueue.policy import churn, policies, trace
 from kvqueue.sources import loader
 
 
@@ -36,10 +36,20 @@ def check_values(p: PolicyParams) -> None:
             policies.get(name)  # the check child and the workers resolve names the same way
         except KeyError as exc:
             raise BenchInputError(f"WINDOWS: {exc.args[0]}") from None
-    problem = churn.Workload(**p.workload()).problem()
+    problem = workload_of(p).problem()
     if problem:
         raise BenchInputError(f"workload: {problem}")
     policy_params.check_bounds(p)
+    if p.trace:
+        try:
+            trace.read_header(p.trace)
+        except trace.TraceError as exc:
+            raise BenchInputError(f"TRACE: {exc}") from None
+
+
+def workload_of(p: PolicyParams) -> churn.Workload:
+    """The churn workload of a run's parameters."""
+    return churn.Workload(**p.workload())
 
 
 def check(p: PolicyParams) -> tuple[PolicyParams, dict[str, Any]]:

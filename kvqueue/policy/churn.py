@@ -1,29 +1,56 @@
-"""A seeded serving-like churn workload over one free-block queue (docs/design.md §12).
+"""A seeded serving-like churn workload over one or two free-block queues (docs/design.md §12).
 
 It fragments the free queue the way a serving engine does, so that allocation policies
-can be compared on a realistic queue state:
+can be compared on a realistic queue state. Two layers:
+
+:class:`Pools` executes *events* on a decode-side pool and, optionally, a prefill-side
+pool (a :class:`Side` each); the events are exactly those of a trace
+(:mod:`kvqueue.policy.trace` documents the JSON Lines form):
+
+- ``touch`` (request, keys): the request's next blocks hold the cached contents
+  ``keys``; the still-cached prefix of them is reused at once (a block in use is
+  shared, reference count + 1; a free one is taken out of the middle of the queue with
+  ``remove()``); the misses are allocated with the request's next ``alloc``;
+- ``alloc`` (request, n): one allocation call of the policy for the pending misses plus
+  ``n`` blocks; the misses' blocks are then cached under their keys (an allocated block
+  loses the content it held: it is evicted);
+- ``free`` (request[, unpin]): the request's blocks are released in vLLM's order:
+  reversed (the tail of a chain is evicted first), only those whose reference count
+  drops to zero. The request's *last* block is the partially filled one, so it has no
+  hash: with ``free_order="vllm"`` (vLLM's free path) it is *prepended* (evicted first,
+  ``prepend_n``) and the hashed blocks are *appended* in reverse with one ``append_n``;
+  ``free_order="append"`` (the model before) appends them all. ``unpin``: the blocks are
+  released by an unpin (vLLM PR #55841): all go to the tail and become *last-resort*
+  candidates (:attr:`Side.last_resort`) that the contiguous policy never puts in a
+  selected run, until they are allocated again;
+- ``read`` (request, k): a transfer of the first ``k`` blocks of the request from the
+  prefill side to the decode side; block ``i`` of one side is paired with block ``i``
+  of the other, and two neighbours merge into one descriptor only when both sides'
+  ids step by the same +1 or -1 (:func:`descriptors`).
+
+:class:`Churn` drives :class:`Pools` with a synthetic request stream:
 
 - a closed loop of ``concurrency`` requests: whenever fewer are active, the next request
-  of the stream is admitted if its blocks fit (first come, first served);
+  of the stream is admitted if its blocks fit on both pools (first come, first served);
 - each request is one *prefill* allocation of ``L`` blocks (lognormal, median
   ``prefill_median``, log-SD ``prefill_sigma``, at most ``prefill_max``), then *decode*
-  growth of one block every ``decode_every`` steps until it has grown by ``D`` blocks
-  (lognormal, median ``decode_median``, log-SD ``decode_sigma``, at most ``decode_max``);
-- on completion its blocks are freed in vLLM's order: reversed, and only those whose
-  reference count drops to zero, with one ``append_n``, so the tail of a request's
-  chain is evicted first;
+  growth on the decode side of one block every ``decode_every`` steps until it has
+  grown by ``D`` blocks (lognormal, median ``decode_median``, log-SD ``decode_sigma``,
+  at most ``decode_max``), then ``free``;
+- with a prefill side: the same prefill is allocated there too (its own prefix cache),
+  ``read`` pairs the whole prefill block lists (prefix hits plus new blocks), and after
+  ``hold_steps`` steps the prefill side releases the request (``prefill_release``:
+  ``free``, vLLM's free path, or ``unpin``, the PR's last-resort path);
 - *prefix-cache hits*: a share ``prefix_share`` of the requests belongs to one of
   ``families`` prompt families (Zipf weights 1/k); each family has a fixed prefix of up
-  to ``prefill_median`` blocks. The blocks that computed a family's prefix stay cached
-  while they are not evicted (popped by an allocation); a request of that family reuses
-  the still-cached part: blocks in use are shared (reference count + 1), free ones are
-  taken out of the middle of the queue with ``remove()``. It then allocates only the
-  rest of its prefill (at least one block: the last token is always recomputed);
+  to ``prefill_median`` blocks, keyed ``(family, index)``; a request touches its
+  family's prefix (at most ``L - 1`` blocks: the last token is always recomputed);
 - admission keeps room for the decode growth of every active request, so a decode
-  allocation never fails: a request is admitted only if the free blocks left after its
-  prefill cover the remaining growth of all active requests and its own;
-- ``warmup_steps`` steps run before anything is measured, so that the queue, which
-  starts in block-id order (perfectly contiguous), reaches a churned steady state.
+  allocation never fails.
+
+*Engine age* is counted in pool turnovers: one turnover is allocations totalling the
+pool's size in blocks (:attr:`Side.allocated` / pool; blocks reused as prefix hits are
+not allocations). The age of a :class:`Churn` is its decode side's.
 
 The request stream depends on the seed only, never on the policy: every policy sees the
 same requests in the same order (a paired comparison). What the policy changes is which
@@ -38,9 +65,19 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+#: Free orders: vLLM's free path (unhashed prepended, hashed appended) or all appended.
+FREE_ORDERS = ("vllm", "append")
+#: How the prefill side releases a request after its READ: vLLM's free path (the
+#: connector frees a finished transfer's blocks like any other), or an unpin (the PR's
+#: last-resort path).
+PREFILL_RELEASES = ("free", "unpin")
+#: The sides of :class:`Pools` (trace field ``side``).
+DECODE, PREFILL = "d", "p"
 
 
 @dataclass(frozen=True)
@@ -49,7 +86,9 @@ class Workload:
 
     The defaults model a block size of 16 tokens: prefills of ~770 tokens (median),
     decodes of ~130 tokens, 48 concurrent sessions on a 16,384-block pool, half the
-    requests sharing one of 32 prompt prefixes.
+    requests sharing one of 32 prompt prefixes. ``warmup_steps`` and ``steps`` drive
+    :meth:`Churn.run` in the invariant check; a policy run counts engine age in pool
+    turnovers instead (:mod:`kvqueue.policy.measure`).
     """
 
     pool: int = 16_384
@@ -65,6 +104,9 @@ class Workload:
     families: int = 32
     warmup_steps: int = 2_000
     steps: int = 3_000
+    free_order: str = "vllm"
+    hold_steps: int = 2
+    prefill_release: str = "free"
 
     def record(self) -> dict[str, Any]:
         """JSON-ready copy."""
@@ -74,6 +116,17 @@ class Workload:
         """Why these parameters cannot run (one line), or ``None``."""
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "free_order":
+                if value not in FREE_ORDERS:
+                    return f"free_order must be one of {', '.join(FREE_ORDERS)}, got {value!r}"
+                continue
+            if f.name == "prefill_release":
+                if value not in PREFILL_RELEASES:
+                    return (
+                        f"prefill_release must be one of {', '.join(PREFILL_RELEASES)}, "
+                        f"got {value!r}"
+                    )
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return f"{f.name} must be a number, got {value!r}"
             if not math.isfinite(value):
@@ -99,7 +152,193 @@ class Workload:
             return f"families must be at least 1, got {self.families}"
         if self.warmup_steps < 0 or self.steps < 1:
             return "warmup_steps must be >= 0 and steps >= 1"
+        if self.hold_steps < 1:
+            return f"hold_steps must be at least 1, got {self.hold_steps}"
         return None
+
+
+def descriptors(prefill_ids: Sequence[int], decode_ids: Sequence[int]) -> int:
+    """Descriptors of one READ pairing ``prefill_ids[i]`` with ``decode_ids[i]``.
+
+    Neighbours ``i-1, i`` merge only when both sides step by the same +1 or -1 (both
+    ends adjacent in the same direction); every other boundary starts a descriptor.
+    """
+    if len(prefill_ids) != len(decode_ids):
+        raise ValueError("a READ pairs lists of equal length")
+    if not prefill_ids:
+        return 0
+    count = 1
+    for i in range(1, len(prefill_ids)):
+        step = prefill_ids[i] - prefill_ids[i - 1]
+        if (step != 1 and step != -1) or decode_ids[i] - decode_ids[i - 1] != step:
+            count += 1
+    return count
+
+
+class PoolExhausted(RuntimeError):
+    """An ``alloc`` event asked for more blocks than the pool has free (trace replay)."""
+
+
+class Side:
+    """One pool: its queue, reference counts, prefix cache and last-resort set.
+
+    Parameters
+    ----------
+    queue
+        A fresh ``FreeKVCacheBlockQueue`` over ``blocks`` (all free, in id order).
+    blocks
+        The pool's blocks; ``blocks[i].block_id == i``.
+    alloc
+        ``alloc(n) -> n blocks`` taken out of ``queue`` (the policy, possibly wrapped; it
+        may read :attr:`last_resort`). It may be replaced between events.
+    free_order
+        One of :data:`FREE_ORDERS`.
+    """
+
+    def __init__(
+        self, queue: Any, blocks: list[Any], alloc: Callable[[int], list], free_order: str
+    ) -> None:
+        self.queue = queue
+        self.blocks = blocks
+        self.alloc = alloc
+        self.free_order = free_order
+        self.ref = [0] * len(blocks)
+        self.key_of: list[Hashable | None] = [None] * len(blocks)
+        self.cache: dict[Hashable, int] = {}
+        #: Ids of free blocks released by an unpin, until they are allocated again.
+        self.last_resort: set[int] = set()
+        #: Blocks taken by allocation calls: ``allocated / pool`` is the age in turnovers.
+        self.allocated = 0
+        self.held: dict[Hashable, list[Any]] = {}
+        self.pending: dict[Hashable, list[Hashable]] = {}
+
+    def cached(self, keys: Sequence[Hashable]) -> list[int]:
+        """Ids of the still-cached prefix of ``keys``."""
+        out = []
+        for key in keys:
+            block_id = self.cache.get(key)
+            if block_id is None:
+                break
+            out.append(block_id)
+        return out
+
+    def room(self, keys: Sequence[Hashable], n: int) -> int:
+        """Free blocks left after touching ``keys`` and allocating the misses plus ``n``."""
+        hits = self.cached(keys)
+        free_hits = sum(1 for i in hits if self.ref[i] == 0)
+        return self.queue.num_free_blocks - free_hits - (len(keys) - len(hits)) - n
+
+    def touch(self, rid: Hashable, keys: Sequence[Hashable]) -> int:
+        """The ``touch`` event; returns the number of hits."""
+        hits = self.cached(keys)
+        held = self.held.setdefault(rid, [])
+        for i in hits:
+            if self.ref[i] == 0:
+                self.queue.remove(self.blocks[i])  # a cached block from mid-queue
+                self.last_resort.discard(i)
+            self.ref[i] += 1
+            held.append(self.blocks[i])
+        self.pending[rid] = list(keys[len(hits) :])
+        return len(hits)
+
+    def allocate(self, rid: Hashable, n: int) -> list[Any]:
+        """The ``alloc`` event: one policy call for the pending misses plus ``n`` blocks."""
+        misses = self.pending.pop(rid, [])
+        want = len(misses) + n
+        if want > self.queue.num_free_blocks:
+            raise PoolExhausted(
+                f"request {rid!r} needs {want} blocks, {self.queue.num_free_blocks} are free"
+            )
+        got = self.alloc(want)
+        ref, key_of, cache, resort = self.ref, self.key_of, self.cache, self.last_resort
+        for block in got:
+            i = block.block_id
+            ref[i] += 1
+            key = key_of[i]
+            if key is not None:  # evicted: its cached content is overwritten
+                if cache.get(key) == i:
+                    del cache[key]
+                key_of[i] = None
+            if resort:
+                resort.discard(i)
+        for key, block in zip(misses, got, strict=False):
+            key_of[block.block_id] = key
+            cache[key] = block.block_id
+        self.allocated += want
+        self.held.setdefault(rid, []).extend(got)
+        return got
+
+    def free(self, rid: Hashable, unpin: bool = False) -> None:
+        """The ``free`` event (vLLM's free path, or an unpin: see the module docstring)."""
+        blocks = self.held.pop(rid, [])
+        self.pending.pop(rid, None)
+        if not blocks:
+            return
+        ref = self.ref
+        last = blocks[-1]  # the partially filled block: no hash
+        freed = []
+        for block in reversed(blocks):
+            i = block.block_id
+            ref[i] -= 1
+            if ref[i] == 0:
+                freed.append(block)
+        if unpin:
+            self.queue.append_n(freed)
+            self.last_resort.update(b.block_id for b in freed)
+        elif self.free_order == "append" or not freed or freed[0] is not last:
+            self.queue.append_n(freed)
+        else:
+            self.queue.prepend_n([last])
+            self.queue.append_n(freed[1:])
+
+
+class Pools:
+    """A decode-side :class:`Side` and an optional prefill-side one, driven by events.
+
+    ``on_read(rid, descriptors, k)`` is called after each ``read``; ``record(event)``
+    (if set) receives every event as a dict before it runs (the trace writer).
+    """
+
+    def __init__(self, decode: Side, prefill: Side | None = None) -> None:
+        self.sides = {DECODE: decode}
+        if prefill is not None:
+            self.sides[PREFILL] = prefill
+        self.decode = decode
+        self.prefill = prefill
+        self.on_read: Callable[[Hashable, int, int], None] | None = None
+        self.record: Callable[[dict[str, Any]], None] | None = None
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Run one event (the trace form: ``op``, ``req``, ``side``, ``keys``, ``n``,
+        ``unpin``)."""
+        if self.record is not None:
+            self.record(event)
+        op = event["op"]
+        rid = event["req"]
+        if op == "read":
+            self.read(rid, event["n"])
+            return
+        side = self.sides[event.get("side", DECODE)]
+        if op == "touch":
+            side.touch(rid, event["keys"])
+        elif op == "alloc":
+            side.allocate(rid, event["n"])
+        elif op == "free":
+            side.free(rid, bool(event.get("unpin", False)))
+        else:
+            raise ValueError(f"unknown event op {op!r}")
+
+    def read(self, rid: Hashable, k: int) -> int:
+        """The ``read`` event: descriptors of the first ``k`` blocks on both sides."""
+        if self.prefill is None:
+            raise ValueError("a read needs a prefill side")
+        p = [b.block_id for b in self.prefill.held.get(rid, [])[:k]]
+        d = [b.block_id for b in self.decode.held.get(rid, [])[:k]]
+        k = min(len(p), len(d))
+        count = descriptors(p[:k], d[:k])
+        if self.on_read is not None:
+            self.on_read(rid, count, k)
+        return count
 
 
 @dataclass
@@ -110,7 +349,7 @@ class Request:
     decode: int
     family: int  # -1: no shared prefix
     phase: int  # steps until its first decode block, 1..decode_every
-    blocks: list[Any]
+    rid: int = 0
     next_step: int = 0
     decode_left: int = 0
 
@@ -128,6 +367,7 @@ class RequestStream:
         top = max(1, round(workload.prefill_median))
         self.family_prefix = [self.rng.randint(1, top) for _ in range(workload.families)]
         self.family_weights = [1.0 / (k + 1) for k in range(workload.families)]
+        self.count = 0
 
     def next(self) -> Request:
         """The next request."""
@@ -137,11 +377,12 @@ class RequestStream:
         family = -1
         if rng.random() < w.prefix_share:
             family = rng.choices(range(w.families), self.family_weights)[0]
-        return Request(prefill, decode, family, rng.randint(1, w.decode_every), [])
+        self.count += 1
+        return Request(prefill, decode, family, rng.randint(1, w.decode_every), self.count)
 
 
 class Churn:
-    """The workload running on one queue; :attr:`alloc` is the allocation under study.
+    """The synthetic workload on :class:`Pools`; ``alloc`` is the decode side's allocation.
 
     Parameters
     ----------
@@ -149,13 +390,10 @@ class Churn:
         The parameters.
     seed
         Seed of the request stream.
-    queue
-        A fresh ``FreeKVCacheBlockQueue`` over ``blocks`` (all free, in id order).
-    blocks
-        The pool's blocks; ``blocks[i].block_id == i``.
-    alloc
-        ``alloc(n) -> n blocks`` taken out of ``queue``: the policy (possibly wrapped
-        for timing or checks). It may be replaced between steps.
+    queue, blocks, alloc
+        The decode side (:class:`Side`).
+    prefill
+        ``(queue, blocks, alloc)`` of a prefill side, or ``None``: one pool, no reads.
     """
 
     def __init__(
@@ -165,19 +403,16 @@ class Churn:
         queue: Any,
         blocks: list[Any],
         alloc: Callable[[int], list],
+        prefill: tuple[Any, list[Any], Callable[[int], list]] | None = None,
     ) -> None:
         self.w = workload
-        self.queue = queue
-        self.blocks = blocks
-        self.alloc = alloc
+        decode = Side(queue, blocks, alloc, workload.free_order)
+        pside = None if prefill is None else Side(*prefill, workload.free_order)
+        self.pools = Pools(decode, pside)
         self.stream = RequestStream(workload, seed)
         self.pending: Request | None = None
         self.active: list[Request] = []
-        self.ref = [0] * len(blocks)
-        # Prefix cache: which (family, position) a block holds, while it is not evicted.
-        self.tag_family = [-1] * len(blocks)
-        self.tag_index = [-1] * len(blocks)
-        self.chains: list[list[int]] = [[] for _ in range(workload.families)]
+        self.releases: deque[tuple[int, int]] = deque()  # (step, rid) of prefill holds
         self.step_no = 0
         self.committed = 0  # decode blocks still to come for the active requests
         self.hit_blocks = 0
@@ -185,79 +420,76 @@ class Churn:
         self.admitted = 0
         self.completed = 0
 
-    # ------------------------------------------------------------------ helpers
+    @property
+    def queue(self) -> Any:
+        """The decode side's queue."""
+        return self.pools.decode.queue
 
-    def _take(self, n: int) -> list[Any]:
-        got = self.alloc(n)
-        for block in got:
-            i = block.block_id
-            self.ref[i] += 1
-            self.tag_family[i] = -1  # evicted: its cached content is overwritten
-        return got
+    @property
+    def blocks(self) -> list[Any]:
+        """The decode side's blocks."""
+        return self.pools.decode.blocks
 
-    def _cached(self, family: int, want: int) -> list[int]:
-        """Ids of the still-cached first blocks of ``family``'s prefix (at most ``want``)."""
-        chain = self.chains[family]
-        out = []
-        for index, block_id in enumerate(chain[:want]):
-            if self.tag_family[block_id] != family or self.tag_index[block_id] != index:
-                break
-            out.append(block_id)
-        return out
+    @property
+    def ref(self) -> list[int]:
+        """The decode side's reference counts."""
+        return self.pools.decode.ref
+
+    @property
+    def alloc(self) -> Callable[[int], list]:
+        """The decode side's allocation."""
+        return self.pools.decode.alloc
+
+    @alloc.setter
+    def alloc(self, value: Callable[[int], list]) -> None:
+        self.pools.decode.alloc = value
+
+    @property
+    def age(self) -> float:
+        """Engine age in pool turnovers (the decode side's)."""
+        return self.pools.decode.allocated / self.w.pool
+
+    def _keys(self, req: Request) -> list[tuple[int, int]]:
+        if req.family < 0:
+            return []
+        prefix = min(self.stream.family_prefix[req.family], req.prefill - 1)
+        return [(req.family, i) for i in range(prefix)]
 
     def _admit(self, req: Request) -> bool:
-        prefix = 0
-        hits: list[int] = []
-        if req.family >= 0:
-            prefix = min(self.stream.family_prefix[req.family], req.prefill - 1)
-            hits = self._cached(req.family, prefix)
-        free_hits = sum(1 for i in hits if self.ref[i] == 0)
-        fresh = req.prefill - len(hits)
-        left = self.queue.num_free_blocks - fresh - free_hits
-        if left < self.committed + req.decode:
+        keys = self._keys(req)
+        rest = req.prefill - len(keys)
+        decode = self.pools.decode
+        if decode.room(keys, rest) < self.committed + req.decode:
             return False
-        for i in hits:
-            if self.ref[i] == 0:
-                self.queue.remove(self.blocks[i])  # a cached block from mid-queue
-            self.ref[i] += 1
-        new = self._take(fresh)
-        if req.family >= 0 and len(hits) < prefix:
-            # This request computes the rest of its family's prefix: cache it.
-            chain = hits + [b.block_id for b in new[: prefix - len(hits)]]
-            for index in range(len(hits), len(chain)):
-                self.tag_family[chain[index]] = req.family
-                self.tag_index[chain[index]] = index
-            self.chains[req.family] = chain
-        req.blocks = [self.blocks[i] for i in hits] + new
+        pside = self.pools.prefill
+        if pside is not None and pside.room(keys, rest) < 0:
+            return False
+        self.hit_blocks += len(decode.cached(keys))  # what the touch below reuses
+        apply = self.pools.apply
+        for side in (DECODE, PREFILL) if pside is not None else (DECODE,):
+            if keys:
+                apply({"op": "touch", "req": req.rid, "side": side, "keys": keys})
+            apply({"op": "alloc", "req": req.rid, "side": side, "n": rest})
+        if pside is not None:
+            apply({"op": "read", "req": req.rid, "n": req.prefill})
+            self.releases.append((self.step_no + self.w.hold_steps, req.rid))
         req.next_step = self.step_no + req.phase
         req.decode_left = req.decode
         self.committed += req.decode
-        self.hit_blocks += len(hits)
         self.prefill_blocks += req.prefill
         self.admitted += 1
         self.active.append(req)
         return True
 
-    def _free(self, req: Request) -> None:
-        ref = self.ref
-        freed = []
-        for block in reversed(req.blocks):
-            i = block.block_id
-            ref[i] -= 1
-            if ref[i] == 0:
-                freed.append(block)
-        self.queue.append_n(freed)
-        self.completed += 1
-
-    # ------------------------------------------------------------------ stepping
-
     def step(self) -> None:
-        """One engine step: decode growth and completions, then admissions."""
+        """One engine step: decode growth and completions, prefill-side releases, then
+        admissions."""
         now = self.step_no
+        apply = self.pools.apply
         done = []
         for req in self.active:
             if now >= req.next_step:
-                req.blocks.extend(self._take(1))
+                apply({"op": "alloc", "req": req.rid, "n": 1})
                 req.decode_left -= 1
                 self.committed -= 1
                 req.next_step += self.w.decode_every
@@ -265,7 +497,12 @@ class Churn:
                     done.append(req)
         for req in done:
             self.active.remove(req)
-            self._free(req)
+            apply({"op": "free", "req": req.rid})
+            self.completed += 1
+        unpin = self.w.prefill_release == "unpin"
+        while self.releases and self.releases[0][0] <= now:
+            _, rid = self.releases.popleft()
+            apply({"op": "free", "req": rid, "side": PREFILL, "unpin": unpin})
         while len(self.active) < self.w.concurrency:
             if self.pending is None:
                 self.pending = self.stream.next()
@@ -277,4 +514,9 @@ class Churn:
     def run(self, steps: int) -> None:
         """Run ``steps`` steps."""
         for _ in range(steps):
+            self.step()
+
+    def run_until(self, turnovers: float) -> None:
+        """Run steps until the engine age reaches ``turnovers``."""
+        while self.age < turnovers:
             self.step()

@@ -9,8 +9,16 @@ process (:mod:`kvqueue.policy.worker`) at a time, each writing its rows into
     ``kind: "policy"``, the parameters (workload included), the seeds, the variant's
     provenance and check result, the machine, the interpreter, the project state, the
     processes planned and completed, ``files`` (sha256 and rows of ``policy.csv``).
-``policy.csv``
-    One row per process and policy: ``process`` then :data:`kvqueue.schema.POLICY_ROW_KEYS`.
+``policy_age.csv``
+    One row per process, policy and engine-age window: ``process`` then
+    :data:`kvqueue.schema.POLICY_AGE_ROW_KEYS` (``run.json`` ``protocol``
+    :data:`kvqueue.schema.POLICY_PROTOCOL`; runs before it wrote ``policy.csv``, one row
+    per process and policy, warm-up and measurement in engine steps).
+
+First the gate: the variant passes the bench's validation gate
+(:func:`kvqueue.bench.runner.run_gate`, ``python -m kvqueue validate --json``) at the
+pool size the run uses, then the policies' invariant check; a refusal is one line and
+nothing is written. A trace (``TRACE``) is read and checked before either.
 
 After every process ``policy.csv`` and then ``run.json`` are rewritten atomically with
 SIGINT held, so run.json never counts a process whose rows are not on disk; ``status``
@@ -21,19 +29,24 @@ is ``running`` until the last process, then ``complete`` (``interrupted`` on Ctr
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvqueue import schema
 from kvqueue.bench import runfiles, runner
-from kvqueue.errors import BenchError, GateRefused
+from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.params import policy as policy_params
+from kvqueue.params.bench import BenchParams
 from kvqueue.params.policy import PolicyParams
+from kvqueue.policy import measure, trace
 
 #: Seed of the invariant check (fixed, like the bench gate's).
 CHECK_SEED = 20261129
@@ -41,28 +54,73 @@ CHECK_TIMEOUT = 600.0
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:
-    """``policy.csv`` as text (csv module; floats with 6 decimals)."""
+    """``policy_age.csv`` as text (csv module; floats with 6 decimals)."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
-    out.writerow(schema.POLICY_COLUMNS)
+    out.writerow(schema.POLICY_AGE_COLUMNS)
     for row in rows:
         out.writerow(
             [
                 f"{row[c]:.6f}" if isinstance(row[c], float) else row[c]
-                for c in schema.POLICY_COLUMNS
+                for c in schema.POLICY_AGE_COLUMNS
             ]
         )
     return buf.getvalue()
 
 
 def policy_row(process: int, phase: str, row: dict[str, Any]) -> dict[str, Any]:
-    """One ``policy.csv`` row: a worker's row after its process (policy runs have one
-    phase, ``main``)."""
+    """One ``policy_age.csv`` row: a worker's row after its process (policy runs have
+    one phase, ``main``)."""
     return {"process": process, **row}
 
 
-#: ``policy.csv``: the data file of a policy run (:class:`kvqueue.bench.runfiles.RunWriter`).
-POLICY_TABLE = runfiles.RunTable(schema.POLICY_CSV, rows_text, policy_row)
+#: ``policy_age.csv``: the data file of a policy run (:class:`kvqueue.bench.runfiles.RunWriter`).
+POLICY_TABLE = runfiles.RunTable(schema.POLICY_AGE_CSV, rows_text, policy_row)
+
+
+def trace_info(p: PolicyParams) -> dict[str, Any] | None:
+    """The checked trace of a run (path, sha256, header, events), or ``None``.
+
+    Raises
+    ------
+    BenchInputError
+        The trace does not follow the format (one line naming the file and line).
+    """
+    if not p.trace:
+        return None
+    path = Path(p.trace).resolve()
+    try:
+        header, events = trace.read_trace(path)
+    except trace.TraceError as exc:
+        raise BenchInputError(f"TRACE: {exc}") from None
+    return {
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "header": {k: (list(v) if isinstance(v, tuple) else v) for k, v in header.items()},
+        "events": len(events),
+    }
+
+
+def run_pool(p: PolicyParams, traced: dict[str, Any] | None) -> int:
+    """Blocks per pool of the run: the trace's, else the workload's."""
+    return int(traced["header"]["pool"]) if traced else p.pool
+
+
+def run_bench_gate(p: PolicyParams, pool: int) -> list[dict[str, Any]]:
+    """The gate of ``make bench`` for the policy's variant at the run's pool size.
+
+    Raises
+    ------
+    GateRefused
+        The variant failed (one line: the gate's first failing line).
+    """
+    params = replace(BenchParams(), python=p.python, variants=(p.variant,), pools=(pool,))
+    try:
+        return runner.run_gate(params)
+    except GateRefused as exc:
+        lines = str(exc).splitlines()
+        failing = next((ln for ln in lines if ln.startswith("gate FAIL")), lines[-1])
+        raise GateRefused(f"policy refused by the bench gate: {failing.strip()}") from None
 
 
 def process_seeds(seed: int, processes: int) -> list[int]:
@@ -108,8 +166,10 @@ def run_check(p: PolicyParams) -> dict[str, Any]:
 def worker_timeout(p: PolicyParams) -> float:
     """Seconds one worker may take: generous, from the steps it runs (an unbounded
     search over a big pool is the slow part: ~1 ms per allocation on 12,000 free blocks)."""
-    steps = (p.warmup_steps + p.steps) * 2 * len(p.policies)
-    return 120.0 + 20 * steps * (1e-4 + p.pool * 2e-8)
+    # Measured: 20 turnovers of a 4,096-block pool take 0.1-0.4 s per bounded window;
+    # allow 50x that per block turned over, and the unbounded search far more.
+    blocks = p.turnovers * p.pool * len(p.policies)
+    return 300.0 + blocks * 2.5e-4 * (1 + p.pool / 4096)
 
 
 def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
@@ -129,7 +189,11 @@ def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_
 
 
 def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
+    traced = trace_info(p)
+    pool = run_pool(p, traced)
+    gate = run_bench_gate(p, pool)
     check = run_check(p)
+    edges = measure.age_edges(p.warmup_turnovers, p.turnovers)
     seeds = process_seeds(p.seed, p.processes)
     record = runfiles.start_record(
         schema.KIND_POLICY,
@@ -149,7 +213,18 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
         launcher_pid=os.getpid(),
         seeds={"run": p.seed, "check": CHECK_SEED, "processes": {"main": seeds}},
         processes_planned={"main": p.processes, "confirm": 0},
-        extra={"workload": p.workload(), "policies": p.policies},
+        extra={
+            "workload": p.workload(),
+            "policies": p.policies,
+            "protocol": schema.POLICY_PROTOCOL,
+            "regime_label": policy_params.regime_label(p),
+            "age_edges": edges,
+            "trace": traced,
+            "gate": [
+                {k: g.get(k) for k in ("label", "ok", "ops_checked", "sizes", "sha256")}
+                for g in gate
+            ],
+        },
     )
     writer = runfiles.create_run(raw_dir, record, POLICY_TABLE)
     start = time.monotonic()
@@ -168,6 +243,8 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
                 "policies": p.policies,
                 "threshold": p.threshold,
                 "workload": p.workload(),
+                "edges": edges,
+                "trace": traced["path"] if traced else None,
                 "seed": seed,
                 "cpu": p.cpu if p.cpu == "auto" else int(p.cpu),
                 "gc": p.gc,
@@ -183,14 +260,10 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
             writer.add_process("main", number, result["rows"], info)
             elapsed = time.monotonic() - start
             eta = elapsed / number * (p.processes - number)
-            by_name = {r["policy"]: r for r in result["rows"]}
-            lru = by_name["lru"]
-            best = by_name[p.policies[-1]]
             print(
                 f"[{number:>2}/{p.processes}] {result['seconds']:.1f} s on CPU {result['cpu']}"
-                f"{'' if result['pinned'] else ' (not pinned)'}: runs per >=8 allocation "
-                f"lru {_per(lru, 'big_runs')}, {p.policies[-1]} {_per(best, 'big_runs')}; "
-                f"ETA {eta:.0f} s",
+                f"{'' if result['pinned'] else ' (not pinned)'}: descriptors per READ at the "
+                f"end, {_steady(result['rows'])}; ETA {eta:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -198,6 +271,13 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
     return writer.dir
 
 
-def _per(row: dict[str, Any], key: str) -> str:
-    n = row["big_allocations"]
-    return f"{row[key] / n:.2f}" if n else "n/a"
+def _steady(rows: list[dict[str, Any]]) -> str:
+    """Descriptors per READ of each policy in its last age window (a progress line)."""
+    last: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["policy"] not in last or row["window_from"] > last[row["policy"]]["window_from"]:
+            last[row["policy"]] = row
+    return " ".join(
+        f"{name} {r['descriptors'] / r['reads']:.1f}" if r["reads"] else f"{name} n/a"
+        for name, r in last.items()
+    )

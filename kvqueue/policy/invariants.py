@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from kvqueue.policy import churn, policies
@@ -74,14 +74,20 @@ class WatchedQueue:
         raise AttributeError(f"a policy may not use queue.{name} (public API only)")
 
 
-def model(ids: list[int], n: int, window_factor: int | None, threshold: int) -> list[int]:
+def model(
+    ids: list[int],
+    n: int,
+    window_factor: int | None,
+    threshold: int,
+    last_resort: Collection[int] = (),
+) -> list[int]:
     """The contiguous policy's result on a free queue given as ids (list model).
 
     Written from the description, independently of :func:`kvqueue.policy.policies.contiguous`:
     every maximal ±1 run is found by extending from each start, runs of two or more are
     taken longest first (ties: nearer the head), each ascending, a run longer than
     needed contributes its oldest blocks (if that is two or more), and the rest comes
-    from the head.
+    from the head. A ``last_resort`` block (released by an unpin) joins no run.
     """
     if n < threshold or n > len(ids):
         return ids[:n]
@@ -90,7 +96,12 @@ def model(ids: list[int], n: int, window_factor: int | None, threshold: int) -> 
     i = 0
     while i < len(window):
         j = i + 1
-        while j < len(window) and abs(window[j] - window[j - 1]) == 1:
+        if window[i] in last_resort:
+            i = j
+            continue
+        while (
+            j < len(window) and abs(window[j] - window[j - 1]) == 1 and window[j] not in last_resort
+        ):
             j += 1
         if j - i >= 2:
             runs.append((-(j - i), i, window[i:j]))
@@ -165,6 +176,7 @@ def check_allocation(
     after: list[int],
     scanned: int,
     where: str,
+    last_resort: Collection[int] = (),
 ) -> None:
     """Every rule of one allocation (see the module docstring).
 
@@ -182,6 +194,8 @@ def check_allocation(
         Blocks the policy's search looked at (:class:`WatchedQueue`).
     where
         Context for the message.
+    last_resort
+        Ids of the free blocks released by an unpin (before the call).
 
     Raises
     ------
@@ -206,10 +220,19 @@ def check_allocation(
         if name != policies.LRU and scanned:
             raise PolicyCheckError(f"{where}: {name} searched below the threshold")
         return
+    for j, block_id in enumerate(ids):
+        # A last-resort block is taken only by the ordinary fallback: from where it is
+        # returned on, the result is the head of what the runs left.
+        if block_id in last_resort:
+            earlier = set(ids[:j])
+            if ids[j:] != [b for b in before if b not in earlier][: n - j]:
+                raise PolicyCheckError(
+                    f"{where}: {name} put last-resort (unpinned) block {block_id} in a run"
+                )
     limit = len(before) if window is None else window * n
     if scanned > limit:
         raise PolicyCheckError(f"{where}: {name} looked at {scanned} blocks, window {limit}")
-    want = model(before, n, window, threshold)
+    want = model(before, n, window, threshold, last_resort)
     if ids != want:
         raise PolicyCheckError(f"{where}: {name} returned {ids}, the description gives {want}")
     # Blocks of the window that sit in a queue-adjacent ±1 pair: only these may be taken
@@ -217,7 +240,7 @@ def check_allocation(
     window_ids = before[:limit]
     in_runs = set()
     for a, b in itertools.pairwise(window_ids):
-        if abs(a - b) == 1:
+        if abs(a - b) == 1 and a not in last_resort and b not in last_resort:
             in_runs.update((a, b))
     k = 0
     while k < n and ids[k] in in_runs:
@@ -250,6 +273,7 @@ CHECK_WORKLOAD = churn.Workload(
     families=6,
     warmup_steps=0,
     steps=400,
+    prefill_release="unpin",  # exercises the last-resort rule on the prefill side
 )
 #: A contiguous policy must see at least this many allocations of >= threshold blocks in
 #: the check, or the check refuses: otherwise it passes without testing the search.
@@ -313,30 +337,60 @@ def _check_one(
     seed: int,
     workload: churn.Workload,
 ) -> dict[str, int]:
-    """:func:`run_check` for one policy: the counts of what was checked."""
-    blocks = [block_cls(block_id=i) for i in range(workload.pool)]
-    queue = queue_cls(blocks)
-    watched = WatchedQueue(queue)
+    """:func:`run_check` for one policy on both pools of the paired workload (the
+    prefill side releases by unpin, so the last-resort rule is exercised): the counts of
+    what was checked."""
     chosen = policies.get(name, threshold)
-    done = {"allocations": 0, "steps": 0, "big": 0, "largest": 0}
+    done = {"allocations": 0, "steps": 0, "big": 0, "largest": 0, "last_resort_seen": 0}
     sim: churn.Churn
+    sides: dict[str, tuple[Any, list[Any]]] = {}
 
-    def checked(n: int) -> list[Any]:
-        before = free_ids(queue)
-        watched.scanned = 0
-        got = chosen(watched, n)
-        where = f"{name}, step {sim.step_no}, allocation {done['allocations'] + 1} (n={n})"
-        check_allocation(name, n, threshold, before, got, free_ids(queue), watched.scanned, where)
-        done["allocations"] += 1
-        done["big"] += n >= threshold
-        done["largest"] = max(done["largest"], n)
-        return got
+    def checked_for(side: str) -> Any:
+        def checked(n: int) -> list[Any]:
+            queue = sides[side][0]
+            watched = WatchedQueue(queue)
+            resort = set(sim.pools.sides[side].last_resort)
+            before = free_ids(queue)
+            got = chosen(watched, n, last_resort=resort)
+            where = (
+                f"{name}, {side} side, step {sim.step_no}, allocation "
+                f"{done['allocations'] + 1} (n={n})"
+            )
+            check_allocation(
+                name, n, threshold, before, got, free_ids(queue), watched.scanned, where, resort
+            )
+            done["allocations"] += 1
+            done["big"] += n >= threshold
+            done["largest"] = max(done["largest"], n)
+            done["last_resort_seen"] += bool(resort) and n >= threshold
+            return got
 
-    sim = churn.Churn(workload, seed, queue, blocks, checked)
-    check_queue(queue, blocks, sim.ref, f"{name}, start")
+        return checked
+
+    for side in (churn.DECODE, churn.PREFILL):
+        blocks = [block_cls(block_id=i) for i in range(workload.pool)]
+        sides[side] = (queue_cls(blocks), blocks)
+    d_queue, d_blocks = sides[churn.DECODE]
+    p_queue, p_blocks = sides[churn.PREFILL]
+    sim = churn.Churn(
+        workload,
+        seed,
+        d_queue,
+        d_blocks,
+        checked_for(churn.DECODE),
+        prefill=(p_queue, p_blocks, checked_for(churn.PREFILL)),
+    )
+    for side, (queue, blocks) in sides.items():
+        check_queue(queue, blocks, sim.pools.sides[side].ref, f"{name}, {side} side, start")
     for _ in range(workload.steps):
         sim.step()
-        check_queue(queue, blocks, sim.ref, f"{name}, after step {sim.step_no}")
+        for side, (queue, blocks) in sides.items():
+            check_queue(
+                queue,
+                blocks,
+                sim.pools.sides[side].ref,
+                f"{name}, {side} side, after step {sim.step_no}",
+            )
         done["steps"] += 1
     if name != policies.LRU and done["big"] < MIN_BIG_ALLOCATIONS:
         raise PolicyCheckError(

@@ -31,11 +31,15 @@ Choices the description leaves open, made here:
   as it does, before anything is removed.
 - A run is a maximal segment of the queue order with ``|id[i+1] - id[i]| == 1``; since
   ids are distinct such a segment is monotone, so the split is unique.
+- The PR's unpin rule: blocks released by an unpin (``last_resort``) are last-resort
+  candidates; they split runs and are never part of a selected run, so only the
+  ``popleft_n`` remainder (the ordinary fallback) takes them.
 
 The policy uses only the queue's public API: ``iter_blocks_after`` (from the head
-sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``.
-So it runs on a variant with the sentinel structure, its own ``popleft_n`` and
-``iter_blocks_after``: ``kvqueue`` and vLLM 0.26.0 on. Older releases lack
+sentinel ``fake_free_list_head``), ``remove``, ``popleft_n`` and ``num_free_blocks``
+(and the workload's free path ``prepend_n``). So it runs on a variant with the sentinel
+structure, its own ``popleft_n``, ``iter_blocks_after`` and ``prepend_n``: ``kvqueue``
+and vLLM 0.26.0 on. Older releases lack
 ``iter_blocks_after`` (0.10.0-0.25.1) or have the head-tail structure without
 ``popleft_n`` (before 0.10.0); :func:`unsupported` names what such a variant lacks, and
 a policy run refuses it before anything runs. Standard library only: it runs in the bare
@@ -44,7 +48,7 @@ measured interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from typing import Any
 
@@ -56,7 +60,7 @@ WINDOW_FACTORS: tuple[int | None, ...] = (1, 2, 4, 8, None)
 Policy = Callable[[Any, int], list]
 
 
-def lru(queue: Any, n: int) -> list:
+def lru(queue: Any, n: int, last_resort: Collection[int] = ()) -> list:
     """The baseline policy: ``queue.popleft_n(n)`` (vLLM's eviction order).
 
     Parameters
@@ -65,6 +69,8 @@ def lru(queue: Any, n: int) -> list:
         A ``FreeKVCacheBlockQueue`` (any variant).
     n
         Number of blocks.
+    last_resort
+        Ignored (the ordinary path treats every free block alike).
 
     Returns
     -------
@@ -105,6 +111,7 @@ def contiguous(
     n: int,
     window_factor: int | None = 4,
     threshold: int = DEFAULT_THRESHOLD,
+    last_resort: Collection[int] = (),
 ) -> list:
     """The contiguous-run policy (see the module docstring for every rule).
 
@@ -119,6 +126,10 @@ def contiguous(
         the whole queue.
     threshold
         Allocations of fewer blocks are ``popleft_n(n)`` unchanged.
+    last_resort
+        Ids of blocks released by an unpin (the PR's last-resort candidates): they break
+        runs and are never part of a selected run; only the ``popleft_n`` remainder (the
+        ordinary fallback) can take them. Empty: the policy as before.
 
     Returns
     -------
@@ -138,6 +149,12 @@ def contiguous(
             break
     ids = [b.block_id for b in window]
     runs = [r for r in split_runs(ids) if r[1] >= 2]
+    if last_resort:
+        runs = [
+            piece
+            for start, length in runs
+            for piece in _without(start, ids[start : start + length], last_resort)
+        ]
     # Longest first; equal lengths: nearer the head first (sort is stable).
     runs.sort(key=lambda r: -r[1])
     taken: list = []
@@ -155,6 +172,21 @@ def contiguous(
     if need:
         taken.extend(queue.popleft_n(need))
     return taken
+
+
+def _without(start: int, run: Sequence[int], excluded: Collection[int]) -> list[tuple[int, int]]:
+    """The pieces of ``run`` (starting at index ``start``) between excluded ids, as
+    ``(start, length)`` with length >= 2: an excluded block breaks a run and joins none."""
+    out: list[tuple[int, int]] = []
+    first = None
+    for k, block_id in enumerate([*run, None]):
+        if block_id is None or block_id in excluded:
+            if first is not None and k - first >= 2:
+                out.append((start + first, k - first))
+            first = None
+        elif first is None:
+            first = k
+    return out
 
 
 def window_of(name: str) -> int | None:
@@ -199,8 +231,9 @@ def get(name: str, threshold: int = DEFAULT_THRESHOLD) -> Policy:
     return partial(contiguous, window_factor=window_of(name), threshold=threshold)
 
 
-#: What :func:`contiguous` needs of a variant, beyond the loader's core methods.
-REQUIRED_METHODS = ("popleft_n", "iter_blocks_after")
+#: What :func:`contiguous` and the churn's free path (``prepend_n`` for unhashed blocks,
+#: :mod:`kvqueue.policy.churn`) need of a variant, beyond the loader's core methods.
+REQUIRED_METHODS = ("popleft_n", "iter_blocks_after", "prepend_n")
 #: ``kvqueue.sources.loader.STRUCTURE_SENTINELS`` (not imported: this module stays import-light).
 STRUCTURE_SENTINELS = "sentinels"
 
@@ -220,7 +253,7 @@ def unsupported(variant: Any) -> str | None:
     if not lacks:
         return None
     return (
-        f"the allocation policies need iter_blocks_after, popleft_n and the sentinel "
+        f"the allocation policies need iter_blocks_after, popleft_n, prepend_n and the sentinel "
         f"fake_free_list_head (vLLM 0.26.0 on, or kvqueue); this variant lacks "
         f"{', '.join(lacks)}"
     )

@@ -2,49 +2,74 @@
 table, paragraph and figure (docs/design.md §12).
 
 Reads the table that :mod:`kvqueue.policy.analyze` computes and shows its headline runs
-(the newest per host × interpreter × variant): one row per policy with every metric as
-"estimate [CI]", a paragraph that reads the trade-off from the numbers, and three panels
-against the window factor.
+of the steady-state protocol (the newest per host × interpreter × variant × regime): the
+steady-state table (one row per policy: descriptors per READ against lru, with both
+halves of the measurement and "not settled" when they disagree, p50/p90, the one-side
+runs ratio as a secondary column, the net line), a paragraph generated from the numbers
+and the age curve (each policy's descriptor ratio to lru against engine age). Runs of
+the older protocol (warm-up in engine steps) are named in one line, never dropped
+silently.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from kvqueue import schema
 from kvqueue.formatting import fmt_number_estimate
-from kvqueue.policy.analyze import LRU, TABLE_COLUMNS, policy_order
+from kvqueue.policy.analyze import LRU, OLDER_PROTOCOL, STEADY, TABLE_COLUMNS, policy_order
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-
-def _cell(row: pd.Series, digits: int, scale: float = 1.0) -> str:
-    est, low, high = (row[c] * scale for c in ("estimate", "ci_low", "ci_high"))
-    return fmt_number_estimate(est, low, high, digits)
+#: The PR's cluster run: 23,252 descriptors per READ down to 8,926-10,222.
+PR_REDUCTION = (2.3, 2.6)
 
 
-#: Display columns: (metric, header, decimals, scale).
-_DISPLAY = (
-    ("runs_per_big_alloc", "runs / ≥T alloc", 2, 1.0),
-    ("runs_reduction", "descriptors ÷ (vs lru)", 2, 1.0),
-    ("share_in_runs", "blocks in runs ≥2 %", 1, 100.0),
-    ("ns_per_alloc", "ns / alloc", 0, 1.0),
-    ("ns_per_big_alloc", "ns / ≥T alloc", 0, 1.0),
-    ("big_ns_ratio", "≥T time × lru", 2, 1.0),
-    ("ns_per_big_block", "ns / block of ≥T", 1, 1.0),
-    ("big_block_ns_ratio", "≥T time per block × lru", 2, 1.0),
-    ("passed_over", "passed over / ≥T alloc", 1, 1.0),
-    ("rank_excess", "age-rank excess", 1, 1.0),
-    ("hit_share", "prefix hits %", 2, 100.0),
-)
+def _cell(row: pd.Series | None, digits: int) -> str:
+    if row is None:
+        return "n/a"
+    return fmt_number_estimate(row["estimate"], row["ci_low"], row["ci_high"], digits)
+
+
+def _headline(policy: pd.DataFrame) -> pd.DataFrame:
+    if policy.empty:
+        return pd.DataFrame(columns=list(TABLE_COLUMNS))
+    df = policy[policy["headline"].fillna(False).astype(bool)]
+    return df[df["protocol"] == schema.POLICY_PROTOCOL]
+
+
+def older_runs(policy: pd.DataFrame) -> list[str]:
+    """``host/run_id`` of every run of the older protocol in the table."""
+    if policy.empty:
+        return []
+    old = policy[policy["protocol"] == OLDER_PROTOCOL]
+    return sorted({f"{h}/{r}" for h, r in zip(old["host"], old["run_id"], strict=True)})
+
+
+def _get(grp: pd.DataFrame, name: str, metric: str, age: str = STEADY) -> pd.Series | None:
+    hit = grp[(grp["policy"] == name) & (grp["metric"] == metric) & (grp["age"] == age)]
+    return None if hit.empty else hit.iloc[0]
+
+
+def _halves(grp: pd.DataFrame) -> tuple[str, str]:
+    """Labels of the two halves of the measurement (the last two age windows)."""
+    curve = grp[grp["age"] != STEADY].drop_duplicates("age").sort_values("age_from")
+    labels = list(curve["age"])
+    return (labels[-2], labels[-1]) if len(labels) >= 2 else ("", "")
+
+
+def _runs(df: pd.DataFrame) -> list[tuple[tuple[str, str, str, str], pd.DataFrame]]:
+    keys = ["host", "interpreter", "variant", "regime"]
+    return [(k, g) for k, g in df.groupby(keys, sort=True)]
 
 
 def display_table(policy: pd.DataFrame) -> pd.DataFrame:
-    """Rows host × interpreter × policy of the headline policy runs, one column per
-    metric, each "estimate [CI]".
+    """The steady-state table: rows host × interpreter × variant × regime × policy.
 
     Parameters
     ----------
@@ -54,47 +79,47 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        host, interpreter, variant, policy, window, processes, then one column per metric.
+        One column per quantity, each "estimate [CI]" (empty without a steady-state run).
     """
-    df = _headline(policy)
-    if df.empty:
-        return pd.DataFrame()
     rows = []
-    for (host, interp, variant, _run_id), grp in df.groupby(
-        ["host", "interpreter", "variant", "run_id"], sort=True
-    ):
-        threshold = int(grp["threshold"].iloc[0])
+    for (host, interp, variant, regime), grp in _runs(_headline(policy)):
+        first, second = _halves(grp)
         for name in policy_order(grp["policy"]):
-            g = grp[grp["policy"] == name].set_index("metric")
-            row = {
-                "host": host,
-                "interpreter": interp,
-                "variant": variant,
-                "policy": name,
-                "window": "—" if name == LRU else g["window"].iloc[0],
-                "processes": int(g["n_processes"].iloc[0]),
-            }
-            for metric, header, digits, scale in _DISPLAY:
-                cell = _cell(g.loc[metric], digits, scale) if metric in g.index else "n/a"
-                row[header.replace("T", str(threshold))] = cell
-            rows.append(row)
+            steady = _get(grp, name, "desc_reduction")
+            settled = _get(grp, name, "settled")
+            ok = settled is not None and settled["estimate"] == 1.0
+            headline = _cell(steady, 2) if ok else "not settled"
+            rows.append(
+                {
+                    "host": host,
+                    "interpreter": interp,
+                    "variant": variant,
+                    "regime": regime,
+                    "policy": name,
+                    "processes": int(grp[grp["policy"] == name]["n_processes"].iloc[0]),
+                    f"steady state {first.split('–')[0]}–{second.split('–')[-1]} turnovers: "
+                    "descriptors per READ ÷ (vs lru)": headline,
+                    f"÷ at {first}": _cell(_get(grp, name, "desc_reduction", first), 2),
+                    f"÷ at {second}": _cell(_get(grp, name, "desc_reduction", second), 2),
+                    "descriptors per READ": _cell(_get(grp, name, "desc_per_read"), 1),
+                    "p50": _cell(_get(grp, name, "desc_p50"), 1),
+                    "p90": _cell(_get(grp, name, "desc_p90"), 1),
+                    "one-side runs ÷ (secondary)": _cell(_get(grp, name, "runs_reduction"), 2),
+                    "allocator ns added / request": (
+                        "—" if name == LRU else _cell(_get(grp, name, "ns_added"), 0)
+                    ),
+                    "posting ns saved / request": (
+                        "—" if name == LRU else _cell(_get(grp, name, "ns_saved"), 0)
+                    ),
+                    "net ns / request": "—" if name == LRU else _cell(_get(grp, name, "net_ns"), 0),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def _headline(policy: pd.DataFrame) -> pd.DataFrame:
-    if policy.empty:
-        return pd.DataFrame(columns=list(TABLE_COLUMNS))
-    return policy[policy["headline"].fillna(False).astype(bool)]
-
-
-def _get(grp: pd.DataFrame, name: str, metric: str) -> pd.Series | None:
-    hit = grp[(grp["policy"] == name) & (grp["metric"] == metric)]
-    return None if hit.empty else hit.iloc[0]
-
-
 def note(policy: pd.DataFrame, confidence: float) -> str:
-    """The section's text: what was measured, and a reading of the trade-off, generated
-    from the numbers of the headline policy runs.
+    """The section's text: what was measured, and a reading generated from the numbers
+    of the headline steady-state runs.
 
     Parameters
     ----------
@@ -109,93 +134,115 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         Markdown paragraphs.
     """
     df = _headline(policy)
+    older = older_runs(policy)
+    older_line = (
+        f"Older protocol (warm-up and measurement in engine steps, one pool), not in the "
+        f"steady-state table: {', '.join(older)}."
+        if older
+        else ""
+    )
     if df.empty:
-        return (
-            "No policy run found. `make policy HOST=<label>` runs `lru` and the contiguous-run "
-            "policy of vLLM PR #55841 at window factors 1, 2, 4, 8 and unbounded on a seeded "
-            "serving-like churn workload."
+        text = (
+            "No steady-state policy run found. `make policy HOST=<label> REGIME=chat` (or "
+            "`agentic`, or `TRACE=file`) runs `lru` and the contiguous-run policy of vLLM "
+            "PR #55841 at window factors 1, 2, 4, 8 and unbounded against engine age."
         )
+        return "\n\n".join(t for t in (text, older_line) if t)
     ci = f"{round(100 * confidence)}% CI"
     text = [
         "`lru` is `popleft_n` (vLLM's eviction order); `contig-wK` is the contiguous-run "
-        "policy of vLLM PR #55841 (opt-in there), written from its description: for an "
-        "allocation of at least T blocks (T in the column names) it searches the first "
-        "K × n free blocks (`contig-inf`: the whole queue) for queue-adjacent runs of "
-        "consecutive block ids, takes the longest first, each ascending, and fills the "
-        "rest from the head. The workload is a seeded closed loop of concurrent requests "
-        "(prefill allocation, one-block decode growth, reversed frees, prefix-cache hits "
-        "removed from mid-queue), measured after a warm-up. *Runs* count the segments of "
-        "the returned blocks whose ids step by +1, the descriptor-count proxy; "
-        "*descriptors ÷* is lru's runs per allocation over the policy's. *Passed over*: "
-        "older free blocks left in the queue ahead of the youngest block taken (0 for lru); "
-        "*age-rank excess*: the mean queue position taken above what popleft_n takes.",
-        f"Intervals ({ci}): timing columns are the median over processes of the per-process "
-        "mean with the interpolated order-statistic interval (as for the bench cells); "
-        "structural columns the mean over processes with a Student t interval "
-        "(descriptors ÷ on the log scale). Each process has its own request stream; within "
-        "a process every policy replays the same stream of requests, but not the same "
-        "allocations: eviction order decides which prefixes stay cached, so prefill sizes "
-        "(and which allocations reach T blocks) differ between policies (see prefix hits). "
-        "Time per allocation therefore compares different allocation sets; time per block "
-        "of the ≥ T allocations removes the size difference to first order (not the "
-        "per-call overhead) and is the cost quoted below.",
+        "policy of vLLM PR #55841, written from its description: for an allocation of at "
+        "least T blocks it searches the first K × n free blocks (`contig-inf`: all) for "
+        "queue-adjacent runs of consecutive ids, longest first, never using blocks "
+        "released by an unpin (the PR's last-resort rule). Both a prefill-side and a "
+        "decode-side pool run the policy; vLLM's free path prepends a request's unhashed "
+        "last block and appends the rest reversed (`free order append`: all appended); the "
+        "prefill side releases a request after its READ by that free path, or by an unpin "
+        "where the regime says `prefill release unpin`. "
+        "*Engine age* is in pool turnovers (allocations totalling the pool size). A READ "
+        "pairs a request's whole prefill block list on both sides; two neighbours merge "
+        "into one descriptor only when both ends are adjacent in the same direction.",
+        f"Intervals ({ci}) over processes (each its own request stream): Student t "
+        "(ratios on the log scale); allocator time (added and net) is the median over "
+        "processes with the order-statistic interval, robust to a descheduled process; "
+        "p50/p90 are the per-process nearest-rank percentiles "
+        "of descriptors per READ (the steady state's: the mean of its two halves'). The "
+        "steady state is the measurement window, split in two halves; it is declared only "
+        "when the halves' descriptor ratios agree within their intervals, otherwise the "
+        "table says *not settled*. The net line: the posting cost saved (lru's descriptors "
+        "per READ − the policy's, × the run's cost per descriptor) against the allocator "
+        "time added per request (both pools' allocation calls per READ, − lru's).",
     ]
-    for (host, interp, variant), grp in df.groupby(["host", "interpreter", "variant"], sort=True):
-        text.append(_reading(host, interp, variant, grp))
+    for (host, interp, variant, regime), grp in _runs(df):
+        text.append(_reading(host, interp, variant, regime, grp))
+    if older_line:
+        text.append(older_line)
     return "\n\n".join(text)
 
 
-def _reading(host: str, interp: str, variant: str, grp: pd.DataFrame) -> str:
+def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFrame) -> str:
     names = [n for n in policy_order(grp["policy"]) if n != LRU]
-    lru_runs = _get(grp, LRU, "runs_per_big_alloc")
-    threshold = int(grp["threshold"].iloc[0])
-    if lru_runs is None or not names:
-        return f"**{host}, {interp}** ({variant}): no contiguous policy in the run."
+    first, second = _halves(grp)
+    base = _get(grp, LRU, "desc_per_read")
+    head = (
+        f"**{host}, {interp}, {regime}** (`{variant}`, steady state {first} and {second} turnovers)"
+    )
+    if base is None or not names:
+        return f"{head}: no contiguous policy in the run."
+    p50, p90 = _get(grp, LRU, "desc_p50"), _get(grp, LRU, "desc_p90")
     parts = [
-        f"**{host}, {interp}** (`{variant}`): `lru` returns an allocation of ≥ {threshold} "
-        f"blocks in {lru_runs['estimate']:.1f} runs on average."
+        f"{head}: `lru` needs {base['estimate']:.1f} descriptors per READ "
+        f"(p50 {p50['estimate']:.0f}, p90 {p90['estimate']:.0f})."
     ]
-    reds = []
+    pieces = []
     for name in names:
-        red = _get(grp, name, "runs_reduction")
-        cost = _get(grp, name, "big_block_ns_ratio")
-        over = _get(grp, name, "passed_over")
-        if red is None or cost is None or over is None:
+        red = _get(grp, name, "desc_reduction")
+        settled = _get(grp, name, "settled")
+        net = _get(grp, name, "net_ns")
+        added = _get(grp, name, "ns_added")
+        saved = _get(grp, name, "ns_saved")
+        if red is None or net is None or added is None or saved is None:
             continue
-        reds.append((name, red, cost, over))
-    if reds:
-        pieces = [
-            f"`{n}` {r['estimate']:.2f}× fewer [{r['ci_low']:.2f}, {r['ci_high']:.2f}] at "
-            f"{c['estimate']:.2f}× lru's time per block of ≥ {threshold} allocations, "
-            f"passing over {o['estimate']:.0f} older blocks"
-            for n, r, c, o in reds
-        ]
-        parts.append("Descriptors: " + "; ".join(pieces) + ".")
-        best = max(reds, key=lambda t: t[1]["estimate"])
-        cheapest = min(reds, key=lambda t: t[2]["estimate"])
-        lo, hi = 2.3, 2.6  # the PR's cluster run: 23,252 -> 8,926-10,222 per READ
+        state = (
+            f"{red['estimate']:.2f}× fewer [{red['ci_low']:.2f}, {red['ci_high']:.2f}]"
+            if settled is not None and settled["estimate"] == 1.0
+            else f"not settled ({red['estimate']:.2f}× over both halves)"
+        )
+        verdict = (
+            "a net gain"
+            if net["ci_low"] > 0
+            else "a net loss"
+            if net["ci_high"] < 0
+            else "no net difference within the interval"
+        )
+        pieces.append(
+            f"`{name}` {state}; it adds {_us(added)} µs of allocator time per request and "
+            f"saves {_us(saved)} µs of posting: {verdict} ({_us(net)} µs)"
+        )
+    parts.append("Steady state: " + "; ".join(pieces) + ".")
+    lo, hi = PR_REDUCTION
+    best = max(
+        (r for n in names if (r := _get(grp, n, "desc_reduction")) is not None),
+        key=lambda r: r["estimate"],
+        default=None,
+    )
+    if best is not None and math.isfinite(best["ci_low"]):
         where = (
             "below"
-            if best[1]["ci_high"] < lo
+            if best["ci_high"] < lo
             else "above"
-            if best[1]["ci_low"] > hi
+            if best["ci_low"] > hi
             else "in the range of"
         )
         parts.append(
-            f"The largest reduction here, `{best[0]}` at {best[1]['estimate']:.2f}×, is {where} "
-            f"the 2.3–2.6× of the PR's cluster run; the cheapest search, `{cheapest[0]}`, costs "
-            f"{cheapest[2]['estimate']:.2f}× lru's time per block of ≥ {threshold} "
-            f"allocations for {cheapest[1]['estimate']:.2f}× fewer descriptors."
+            f"The largest steady-state reduction, `{best['policy']}` at "
+            f"{best['estimate']:.2f}×, is {where} the {lo}–{hi}× of the PR's cluster run."
         )
-        hit_lru = _get(grp, LRU, "hit_share")
-        hit_best = _get(grp, best[0], "hit_share")
-        if hit_lru is not None and hit_best is not None:
-            parts.append(
-                f"Eviction order: prefix-cache hits cover {100 * hit_lru['estimate']:.2f}% of "
-                f"prefill blocks under lru and {100 * hit_best['estimate']:.2f}% under "
-                f"`{best[0]}`."
-            )
     return " ".join(parts)
+
+
+def _us(row: pd.Series) -> str:
+    return fmt_number_estimate(row["estimate"] / 1e3, row["ci_low"] / 1e3, row["ci_high"] / 1e3, 2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,10 +250,10 @@ def _reading(host: str, interp: str, variant: str, grp: pd.DataFrame) -> str:
 
 
 def figure(policy: pd.DataFrame) -> Figure:
-    """Three panels against the window factor (headline policy runs): runs per
-    ≥threshold allocation, time per block of ≥threshold allocations relative to lru,
-    older blocks passed over; one line per host × interpreter × variant (one headline
-    run each), error bars the intervals, lru dashed.
+    """The age curve: each policy's descriptors per READ, lru ÷ policy, against engine
+    age (turnovers, log scale), one panel per headline steady-state run (host ×
+    interpreter × variant × regime), intervals as bands; the one-side runs ratio of the
+    widest window dotted; the measurement's two halves shaded.
 
     Parameters
     ----------
@@ -222,71 +269,66 @@ def figure(policy: pd.DataFrame) -> Figure:
 
     df = _headline(policy)
     sns.set_theme(style="whitegrid", context="notebook")
-    fig = Figure(figsize=(13.0, 3.8), layout="constrained")
-    axes = fig.subplots(1, 3)
-    if df.empty:
-        for ax, title in zip(
-            axes, ("runs per allocation", "time / lru's", "passed over"), strict=True
-        ):
-            ax.set_title(title, fontsize=11)
-            ax.set_xticks(range(5), ["w1", "w2", "w4", "w8", "inf"])
-            ax.set_yticks([])
-            ax.text(
-                0.5,
-                0.5,
-                "No policy run yet:\nmake policy HOST=<label>",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-            )
+    runs = _runs(df)
+    panels = max(1, len(runs))
+    cols = min(panels, 2)
+    rows = -(-panels // cols)
+    fig = Figure(figsize=(6.5 * cols, 4.2 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    if not runs:
+        ax = axes[0]
+        ax.set_title("descriptors per READ, lru ÷ policy", fontsize=11)
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            "No steady-state policy run yet:\nmake policy HOST=<label> REGIME=chat",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
         return fig
-    panels = (
-        ("runs_per_big_alloc", "runs per ≥T allocation", False),
-        ("big_block_ns_ratio", "time per block of ≥T allocations / lru's", True),
-        ("passed_over", "older blocks passed over per ≥T allocation", False),
-    )
-    windows = [n for n in policy_order(df["policy"]) if n != LRU]
-    xs = {name: i for i, name in enumerate(windows)}
-    labels = [n.removeprefix("contig-") for n in windows]
-    # One line per headline run: the headline is per host × interpreter × variant, so two
-    # variants on one host are two lines (grouped by host × interpreter they would join
-    # into one zig-zag line, and lru's dashed reference would be either variant's).
-    lines = ["host", "interpreter", "variant"]
-    palette = sns.color_palette("colorblind", max(1, df.groupby(lines).ngroups))
-    threshold = int(df["threshold"].iloc[0])
-    for ax, (metric, title, log) in zip(axes, panels, strict=True):
-        for k, ((host, interp, variant), grp) in enumerate(df.groupby(lines, sort=True)):
-            color = palette[k % len(palette)]
-            sub = grp[(grp["metric"] == metric) & (grp["policy"] != LRU)]
-            sub = sub.assign(_x=sub["policy"].map(xs)).sort_values("_x")
+    for ax, ((host, interp, variant, regime), grp) in zip(axes, runs, strict=False):
+        del variant  # one headline per variant: the title names host, interpreter, regime
+        curve = grp[grp["age"] != STEADY]
+        names = [n for n in policy_order(grp["policy"]) if n != LRU]
+        palette = sns.color_palette("colorblind", max(1, len(names)))
+        for k, name in enumerate(names):
+            sub = curve[(curve["policy"] == name) & (curve["metric"] == "desc_reduction")]
+            sub = sub.sort_values("age_from")
+            mid = np.sqrt(np.maximum(sub["age_from"], 0.5) * sub["age_to"])
             est = sub["estimate"].to_numpy()
             low = np.where(np.isfinite(sub["ci_low"]), sub["ci_low"], est)
             high = np.where(np.isfinite(sub["ci_high"]), sub["ci_high"], est)
-            offset = k * 0.06  # side by side, not on top of each other
-            ax.errorbar(
-                sub["_x"].to_numpy() + offset,
-                est,
-                yerr=[est - low, high - est],
-                marker="o",
-                capsize=3,
-                color=color,
-                label=f"{host} · {interp} · {variant}",
-            )
-            base = _get(grp, LRU, metric)
-            ref = (
-                1.0
-                if metric == "big_block_ns_ratio"
-                else (base["estimate"] if base is not None else None)
-            )
-            if ref is not None:
-                ax.axhline(ref, color=color, linestyle="--", linewidth=1, alpha=0.8)
-        ax.set_xticks(range(len(windows)), labels)
-        ax.set_xlabel("window factor (lru: dashed line)")
-        ax.set_title(title.replace("T", str(threshold)), fontsize=11)
-        if log:
-            ax.set_yscale("log")
-        elif metric == "passed_over":
-            # The unbounded search passes over thousands of blocks, the windows tens.
-            ax.set_yscale("symlog", linthresh=10)
-    axes[0].legend(fontsize=8, loc="best")
+            ax.plot(mid, est, marker="o", color=palette[k], label=name)
+            ax.fill_between(mid, low, high, color=palette[k], alpha=0.15)
+            if k == len(names) - 1:
+                one = curve[(curve["policy"] == name) & (curve["metric"] == "runs_reduction")]
+                one = one.sort_values("age_from")
+                ax.plot(
+                    np.sqrt(np.maximum(one["age_from"], 0.5) * one["age_to"]),
+                    one["estimate"],
+                    linestyle=":",
+                    color=palette[k],
+                    label=f"{name}, one-side runs ÷",
+                )
+        first, second = _halves(grp)
+        measured = curve[curve["age"].isin([first, second])]
+        if not measured.empty:
+            ax.axvspan(measured["age_from"].min(), measured["age_to"].max(), color="0.92", zorder=0)
+        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")  # ratios: 2x fewer and 2x more are the same distance
+        # The estimates set the scale; a band from two processes can span decades and
+        # would flatten every curve (it is clipped at the panel's edge instead).
+        shown = curve[curve["metric"].isin(["desc_reduction", "runs_reduction"])]["estimate"]
+        shown = shown[np.isfinite(shown) & (shown > 0)]
+        if len(shown):
+            ax.set_ylim(min(0.8, shown.min() / 1.5), max(1.25, shown.max() * 1.5))
+        ax.set_xlabel("engine age, pool turnovers (shaded: steady-state measurement)")
+        ax.set_ylabel("descriptors per READ, lru ÷ policy")
+        ax.set_title(f"{host} · {interp} · {regime}", fontsize=11)
+        ax.legend(fontsize=8, loc="best")
+    for ax in axes[len(runs) :]:
+        ax.set_visible(False)
     return fig

@@ -4,27 +4,24 @@ Run as ``PYTHON -m kvqueue.policy.worker`` with a JSON spec on stdin; prints one
 result on stdout. ``--check`` runs the invariant check (:mod:`kvqueue.policy.invariants`)
 instead. Standard library only (the measured interpreter has nothing installed).
 
-Inside a process, for one queue variant and every policy:
+Inside a process, for one queue variant and every policy (docs/design.md §12):
 
-1. pin to one CPU; load the variant with heap padding; build ONE set of blocks that
-   every pass reuses (a fresh queue over them per pass relinks them in id order);
-2. a *metrics pass* per policy, in a shuffled order: the churn workload, warm-up steps
-   first, then the measured steps, in which every allocation is described (runs in the
-   returned order, blocks in runs of >= 2, how many older free blocks it passed over,
-   the age ranks it evicted, blocks searched). Nothing is timed in it: describing an
-   allocation walks the head of the queue, which would warm exactly the cache lines the
-   timed call then reads;
-3. a *timed pass* per policy, in a new shuffled order (recorded as ``order_position``),
-   with the garbage collector as configured: the same workload from the same seed, only
-   ``perf_counter_ns`` around each allocation call of the measured steps. It replays the
-   metrics pass exactly (both are deterministic): the final queue order and the counts
-   of both passes must agree, or the process fails.
+1. pin to one CPU; load the variant with heap padding; build ONE set of blocks per side
+   (decode, and prefill unless a one-side trace is replayed) that every pass reuses (a
+   fresh queue per pass relinks them in id order);
+2. one pass per policy, in a shuffled order (recorded as ``order_position``), with the
+   garbage collector as configured: the workload (the seeded synthetic churn on two
+   pools, or the trace) from the id-ordered start until the engine age reaches the last
+   window edge, with ``perf_counter_ns`` around each allocation call and the metrics
+   computed from the returned blocks after the clock stopped
+   (:class:`kvqueue.policy.measure.Meter`). The metrics never walk the queue (the
+   older protocol's passed-over and age-rank metrics did, and needed a second, untimed
+   pass), so one pass gives both.
 """
 
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import random
 import sys
@@ -33,130 +30,80 @@ from typing import Any
 
 from kvqueue import child, schema
 from kvqueue.bench.worker import LAYOUT_PADDING, heap_padding, load_shuffled, pin_cpu
-from kvqueue.policy import churn, invariants, policies
+from kvqueue.policy import churn, invariants, measure, policies, trace
 from kvqueue.sources import loader
-
-
-class _Metrics:
-    """Describes every allocation of the measured steps (the untimed pass)."""
-
-    def __init__(self, name: str, threshold: int, queue: Any) -> None:
-        self.name = name
-        self.threshold = threshold
-        self.queue = queue
-        self.watched = invariants.WatchedQueue(queue)
-        self.plain = policies.get(name, threshold)
-        self.window = policies.window_of(name)
-        self.sums = dict.fromkeys(schema.POLICY_ROW_KEYS[3:13], 0)
-
-    def __call__(self, n: int) -> list[Any]:
-        queue = self.queue
-        big = n >= self.threshold
-        # Every block the policy can take lies in the first window + n blocks.
-        if not big or self.name == policies.LRU:
-            depth = n
-        elif self.window is None:
-            depth = queue.num_free_blocks
-        else:
-            depth = self.window * n + n
-        position = {}
-        for i, block in enumerate(queue.iter_blocks_after(queue.fake_free_list_head)):
-            if i >= depth:
-                break
-            position[block.block_id] = i
-        self.watched.scanned = 0
-        got = self.plain(self.watched, n)
-        ids = [b.block_id for b in got]
-        runs = policies.ascending_runs(ids)
-        s = self.sums
-        s["allocations"] += 1
-        s["blocks"] += n
-        s["runs"] += len(runs)
-        if big:
-            try:
-                ranks = [position[i] for i in ids]
-            except KeyError:
-                raise SystemExit(
-                    f"kvqueue policy worker: {self.name} took a block beyond its window + n"
-                ) from None
-            s["big_allocations"] += 1
-            s["big_blocks"] += n
-            s["big_runs"] += len(runs)
-            s["big_blocks_in_runs"] += sum(r for r in runs if r >= 2)
-            # Older free blocks passed over: free blocks ahead of the youngest one taken.
-            s["big_passed_over"] += max(ranks) + 1 - n
-            # Mean age rank taken, above what popleft_n takes ((n - 1) / 2), in blocks.
-            s["big_rank_excess"] += sum(ranks) / n - (n - 1) / 2
-            s["big_scanned"] += self.watched.scanned
-        return got
-
-
-def _queue_digest(queue: Any) -> str:
-    ids = ",".join(str(i) for i in invariants.free_ids(queue))
-    return hashlib.sha256(ids.encode()).hexdigest()
 
 
 def _pass(
     variant: loader.Variant,
-    blocks: list[Any],
-    workload: churn.Workload,
-    seed: int,
-    alloc_for: Any,
-) -> tuple[churn.Churn, Any]:
-    """Warm up with the plain policy, then run the measured steps with ``alloc_for(queue)``."""
-    queue = variant.queue_cls(blocks)
-    measured = alloc_for(queue)
-    plain = measured.plain
-    sim = churn.Churn(workload, seed, queue, blocks, lambda n: plain(queue, n))
-    sim.run(workload.warmup_steps)
-    sim.alloc = measured
-    sim.run(workload.steps)
-    return sim, measured
-
-
-class _Timed:
-    """``perf_counter_ns`` around each allocation call, nothing else."""
-
-    def __init__(self, name: str, threshold: int, queue: Any) -> None:
-        self.plain = policies.get(name, threshold)
-        self.queue = queue
-        self.threshold = threshold
-        self.ns: list[int] = []
-        self.sizes: list[int] = []
-
-    def __call__(self, n: int) -> list[Any]:
-        clock = time.perf_counter_ns
-        t0 = clock()
-        got = self.plain(self.queue, n)
-        t1 = clock()
-        self.ns.append(t1 - t0)
-        self.sizes.append(n)
-        return got
+    blocks: dict[str, list[Any]],
+    name: str,
+    spec: dict[str, Any],
+    events: list[dict[str, Any]] | None,
+    pool: int,
+) -> tuple[measure.Meter, Any]:
+    """One policy's pass from id-ordered queues to the last age edge; the meter and the
+    final decode queue."""
+    workload = churn.Workload(**spec["workload"])
+    policy = policies.get(name, int(spec["threshold"]))
+    meter = measure.Meter([float(e) for e in spec["edges"]], int(spec["threshold"]))
+    queues = {side: variant.queue_cls(blocks[side]) for side in blocks}
+    decode = churn.Side(queues[churn.DECODE], blocks[churn.DECODE], None, workload.free_order)
+    prefill = None
+    if churn.PREFILL in blocks:
+        prefill = churn.Side(
+            queues[churn.PREFILL], blocks[churn.PREFILL], None, workload.free_order
+        )
+    decode.alloc = meter.wrap(policy, decode, True)
+    if prefill is not None:
+        prefill.alloc = meter.wrap(policy, prefill, False)
+    if events is None:
+        sim = churn.Churn(workload, spec["seed"], decode.queue, blocks[churn.DECODE], None)
+        sim.pools = churn.Pools(decode, prefill)
+        sim.pools.on_read = meter.on_read
+        measure.synthetic_pass(sim, meter)
+    else:
+        pools = churn.Pools(decode, prefill)
+        pools.on_read = meter.on_read
+        try:
+            measure.replay_pass(pools, events, pool, meter)
+        except churn.PoolExhausted as exc:
+            raise SpecError(f"the trace does not fit the pool under {name}: {exc}") from None
+    return meter, decode.queue
 
 
 def run_process(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one process: metrics passes, then timed passes, for every policy.
+    """Run one process: one timed and described pass per policy, in a shuffled order.
 
     Parameters
     ----------
     spec
         ``source``, ``block_source`` (or None), ``expected_sha256`` (or None),
         ``policies`` (registry names), ``threshold``, ``workload`` (a
-        :class:`kvqueue.policy.churn.Workload` as a dict), ``seed`` (this process's seed: the
+        :class:`kvqueue.policy.churn.Workload` as a dict), ``edges`` (age window edges
+        in turnovers, :func:`kvqueue.policy.measure.age_edges`), ``trace`` (a trace path
+        or None: the synthetic workload, two sides), ``seed`` (this process's seed: the
         request stream and the shuffles), ``cpu``, ``gc``.
 
     Returns
     -------
     dict
-        ``rows`` (one dict per policy, keys :data:`kvqueue.schema.POLICY_ROW_KEYS`), pinning info,
-        ``seconds``.
+        ``rows`` (one dict per policy and age window, keys
+        :data:`kvqueue.schema.POLICY_AGE_ROW_KEYS`), pinning info, ``seconds``.
     """
     start = time.perf_counter()
     pin = pin_cpu(spec["cpu"])
     rng = random.Random(spec["seed"])
-    workload = churn.Workload(**spec["workload"])
-    threshold = int(spec["threshold"])
     names = _checked_names(spec["policies"])
+    events = None
+    sides: tuple[str, ...] = (churn.DECODE, churn.PREFILL)
+    pool = int(spec["workload"]["pool"])
+    if spec.get("trace"):
+        try:
+            header, events = trace.read_trace(spec["trace"])
+        except trace.TraceError as exc:
+            raise SpecError(str(exc)) from None
+        sides, pool = header["sides"], header["pool"]
     (variant,) = load_shuffled([spec["source"]], [spec["source"]], spec.get("block_source"), rng)
     want = spec.get("expected_sha256")
     if want and variant.queue_src.sha256 != want:
@@ -165,55 +112,35 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
             f"{variant.queue_src.sha256[:12]} != {want[:12]}); refusing to time it"
         )
     LAYOUT_PADDING.append(heap_padding(rng))
-    blocks = [variant.block_cls(block_id=i) for i in range(workload.pool)]
+    blocks = {side: [variant.block_cls(block_id=i) for i in range(pool)] for side in sides}
     LAYOUT_PADDING.append(heap_padding(rng))
-    seed = spec["seed"]
-
-    rows: dict[str, dict[str, Any]] = {}
-    digests: dict[str, tuple] = {}
-    for name in rng.sample(names, len(names)):
-        sim, metrics = _pass(
-            variant, blocks, workload, seed, lambda q, nm=name: _Metrics(nm, threshold, q)
-        )
-        rows[name] = {
-            "policy": name,
-            "window": _window_text(name),
-            **metrics.sums,
-            "admitted": sim.admitted,
-            "completed": sim.completed,
-            "prefill_blocks": sim.prefill_blocks,
-            "hit_blocks": sim.hit_blocks,
-        }
-        digests[name] = (_queue_digest(sim.queue), metrics.sums["allocations"])
-        LAYOUT_PADDING.append(heap_padding(rng))
-
+    rows: list[dict[str, Any]] = []
     gc_enabled = gc.isenabled()
     try:
         for position, name in enumerate(rng.sample(names, len(names))):
             gc.collect()
             if spec["gc"] == "disabled":
                 gc.disable()
-            sim, timed = _pass(
-                variant, blocks, workload, seed, lambda q, nm=name: _Timed(nm, threshold, q)
-            )
+            meter, _queue = _pass(variant, blocks, name, spec, events, pool)
             if gc_enabled:
                 gc.enable()
-            if (_queue_digest(sim.queue), len(timed.ns)) != digests[name]:
-                raise SystemExit(
-                    f"kvqueue policy worker: the timed pass of {name} did not replay its "
-                    "metrics pass (the workload is not deterministic?)"
+            for row in meter.rows():
+                rows.append(
+                    {
+                        "policy": name,
+                        "window": _window_text(name),
+                        "order_position": position,
+                        **row,
+                    }
                 )
-            row = rows[name]
-            row["order_position"] = position
-            row["ns_total"] = sum(timed.ns)
-            row["big_ns_total"] = sum(
-                t for t, n in zip(timed.ns, timed.sizes, strict=True) if n >= threshold
-            )
+            LAYOUT_PADDING.append(heap_padding(rng))
     finally:
         if gc_enabled:
             gc.enable()
+    order = {name: i for i, name in enumerate(names)}
+    rows.sort(key=lambda r: (order[r["policy"]], r["window_from"]))
     return {
-        "rows": [{k: rows[name][k] for k in schema.POLICY_ROW_KEYS} for name in names],
+        "rows": [{k: r[k] for k in schema.POLICY_AGE_ROW_KEYS} for r in rows],
         **pin,
         "class_sha256": variant.queue_src.sha256,
         "seconds": round(time.perf_counter() - start, 3),

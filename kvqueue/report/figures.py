@@ -427,11 +427,11 @@ FIGURES: dict[str, FigureSpec] = {
         ns_per_variant,
     ),
     "policy": FigureSpec(
-        "Allocation policies against the window factor",
-        "Three panels against the contiguous policy's window factor (1, 2, 4, 8, unbounded): "
-        "runs per large allocation, time per large allocation relative to lru (log scale) "
-        "and older free blocks passed over; one line per host and interpreter with its "
-        "confidence intervals, lru as a dashed line.",
+        "Allocation policies against engine age",
+        "Each contiguous policy's descriptors per READ, lru's divided by the policy's, "
+        "against engine age in pool turnovers (log axes), with confidence bands; the "
+        "steady-state measurement shaded, the widest window's one-side runs ratio dotted, "
+        "1 (lru) dashed; one panel per host, interpreter and regime.",
         lambda data: policy_report.figure(data.policy),
     ),
     "history": FigureSpec(

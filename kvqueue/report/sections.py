@@ -348,7 +348,9 @@ def build(data: processed.Processed) -> list[Section]:
             "Allocation policies",
             note=policy_report.note(data.policy, data.settings.confidence),
             table=policy_table if not policy_table.empty else None,
-            table_label=f"Policy × window per host × interpreter ({len(policy_table)} rows)",
+            table_label=(
+                f"Steady state per policy, host × interpreter × regime ({len(policy_table)} rows)"
+            ),
             figure="policy",  # drawn even without a policy run: it then says so
             fold=True,
             detail=True,

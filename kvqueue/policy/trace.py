@@ -1,0 +1,247 @@
+"""Allocation traces: the JSON Lines format, its reader and its writer (docs/design.md §12).
+
+A trace replaces the synthetic workload of a policy run (``make policy TRACE=file``):
+the events are replayed on a decode-side pool and, if the header names it, a
+prefill-side pool, under every policy (:class:`kvqueue.policy.churn.Pools`).
+
+Format (UTF-8, one JSON object per line, no blank lines):
+
+Line 1, the header::
+
+    {"format": "kvqueue-policy-trace", "version": 1, "pool": 4096, "sides": ["d", "p"]}
+
+``pool``: blocks per side (64 to 10,000,000); ``sides``: ``["d"]`` (one pool) or
+``["d", "p"]`` (decode and prefill side). Any other header key (e.g. ``"source"``) is
+kept as a note.
+
+Then the events, in order; ``req`` is a request id (an integer or a string), ``side`` is
+``"d"`` (default) or ``"p"``:
+
+``{"op": "touch", "req": R, "side": S, "keys": [K, ...]}``
+    The request's next blocks hold the contents ``keys`` (strings, integers or lists of
+    them: a prefix-cache hash chain). The still-cached prefix of the keys is reused at
+    once; the misses are allocated with the request's next ``alloc`` and cached under
+    their keys.
+``{"op": "alloc", "req": R, "side": S, "n": N}``
+    One allocation call: the pending misses of a ``touch`` plus ``N`` (>= 0) blocks. A
+    request's blocks are its touched and allocated blocks, in order; its last block is
+    the partially filled one (no hash).
+``{"op": "free", "req": R, "side": S, "unpin": false}``
+    Release every block of the request: vLLM's free path (reversed; the unhashed last
+    block prepended, the rest appended), or with ``"unpin": true`` all to the tail as
+    last-resort candidates of the contiguous policy.
+``{"op": "read", "req": R, "n": K}``
+    A transfer of the request's first ``K`` blocks from the prefill side to the decode
+    side (needs both sides): its descriptor count is measured.
+
+Engine age in a replay is the decode side's allocated blocks over ``pool``. A trace is
+replayed whole: the age windows are cut at the run's edges, and the last window runs to
+the end of the trace (``TURNOVERS`` should be where the trace ends; ``age_to`` records
+it). The synthetic generator writes its events in this form (:func:`write_synthetic`,
+``make policy TRACE_OUT=file``); ``data/traces/example.jsonl`` is a small example.
+
+Standard library only: the worker reads traces in the measured interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+from kvqueue.policy import churn
+
+FORMAT = "kvqueue-policy-trace"
+VERSION = 1
+OPS = ("touch", "alloc", "free", "read")
+MAX_TRACE_POOL = 10_000_000
+
+
+class TraceError(ValueError):
+    """A trace that does not follow the format (one line naming the file and line)."""
+
+
+def _key(value: Any, where: str) -> Hashable:
+    if isinstance(value, bool):
+        raise TraceError(f"{where}: a key must be a string, an integer or a list of them")
+    if isinstance(value, (str, int)):
+        return value
+    if isinstance(value, list):
+        return tuple(_key(v, where) for v in value)
+    raise TraceError(f"{where}: a key must be a string, an integer or a list of them")
+
+
+def _count(event: dict[str, Any], where: str) -> int:
+    n = event.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise TraceError(f"{where}: n must be a whole number >= 0, got {n!r}")
+    return n
+
+
+def parse_event(line: str, sides: tuple[str, ...], where: str) -> dict[str, Any]:
+    """One event line, checked and normalised (keys as tuples, ``side`` filled in)."""
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(event, dict):
+        raise TraceError(f"{where}: an event is a JSON object")
+    op = event.get("op")
+    if op not in OPS:
+        raise TraceError(f"{where}: op must be one of {', '.join(OPS)}, got {op!r}")
+    rid = event.get("req")
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)):
+        raise TraceError(f"{where}: req must be an integer or a string, got {rid!r}")
+    out: dict[str, Any] = {"op": op, "req": rid}
+    if op == "read":
+        if churn.PREFILL not in sides:
+            raise TraceError(f"{where}: a read needs the prefill side (header sides)")
+        out["n"] = _count(event, where)
+        return out
+    side = event.get("side", churn.DECODE)
+    if side not in sides:
+        raise TraceError(f"{where}: side must be one of {', '.join(sides)}, got {side!r}")
+    out["side"] = side
+    if op == "touch":
+        keys = event.get("keys")
+        if not isinstance(keys, list):
+            raise TraceError(f"{where}: keys must be a list")
+        out["keys"] = [_key(k, where) for k in keys]
+    elif op == "alloc":
+        out["n"] = _count(event, where)
+    else:
+        unpin = event.get("unpin", False)
+        if not isinstance(unpin, bool):
+            raise TraceError(f"{where}: unpin must be true or false")
+        out["unpin"] = unpin
+    return out
+
+
+def read_header(path: Path | str) -> dict[str, Any]:
+    """The checked header of the trace at ``path``."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = fh.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot be read ({exc})") from None
+    try:
+        header = json.loads(first)
+    except ValueError:
+        raise TraceError(f"{path}:1: the header is not JSON") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise TraceError(f"{path}:1: the header must have format {FORMAT!r}")
+    if header.get("version") != VERSION:
+        raise TraceError(f"{path}:1: version {header.get('version')!r}, this reads {VERSION}")
+    pool = header.get("pool")
+    if isinstance(pool, bool) or not isinstance(pool, int) or not 64 <= pool <= MAX_TRACE_POOL:
+        raise TraceError(f"{path}:1: pool must be a whole number from 64 to {MAX_TRACE_POOL:,}")
+    sides = header.get("sides", [churn.DECODE])
+    if sides not in ([churn.DECODE], [churn.DECODE, churn.PREFILL]):
+        raise TraceError(f'{path}:1: sides must be ["d"] or ["d", "p"], got {sides!r}')
+    return {**header, "sides": tuple(sides)}
+
+
+def read_trace(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and every event of the trace at ``path``, checked: the format, and
+    that no request is freed without blocks or used on a side after its free.
+
+    Raises
+    ------
+    TraceError
+        The first problem (one line: file, line, what).
+    """
+    path = Path(path)
+    header = read_header(path)
+    sides = header["sides"]
+    events = []
+    live: dict[str, set[Hashable]] = {s: set() for s in sides}
+    with path.open(encoding="utf-8") as fh:
+        next(fh)
+        for number, line in enumerate(fh, start=2):
+            where = f"{path}:{number}"
+            if not line.strip():
+                raise TraceError(f"{where}: blank line")
+            event = parse_event(line, sides, where)
+            op, rid = event["op"], event["req"]
+            if op in ("touch", "alloc"):
+                live[event["side"]].add(rid)
+            elif op == "free":
+                if rid not in live[event["side"]]:
+                    raise TraceError(f"{where}: free of request {rid!r}, which holds nothing")
+                live[event["side"]].discard(rid)
+            elif rid not in live[churn.DECODE] or rid not in live[churn.PREFILL]:
+                raise TraceError(f"{where}: read of request {rid!r}, not live on both sides")
+            events.append(event)
+    if not events:
+        raise TraceError(f"{path}: no events after the header")
+    return header, events
+
+
+class TraceWriter:
+    """Writes events to ``path`` (atomically: a temporary file renamed on :meth:`close`)."""
+
+    def __init__(self, path: Path | str, pool: int, sides: tuple[str, ...], **note: Any) -> None:
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        self.fh = self.tmp.open("w", encoding="utf-8")
+        header = {"format": FORMAT, "version": VERSION, "pool": pool, "sides": list(sides)}
+        self.fh.write(json.dumps({**header, **note}) + "\n")
+        self.events = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Write one event (:attr:`kvqueue.policy.churn.Pools.record`)."""
+        out = dict(event)
+        if out.get("side") == churn.DECODE:
+            del out["side"]  # the default
+        self.fh.write(json.dumps(out, separators=(",", ":")) + "\n")
+        self.events += 1
+
+    def close(self) -> None:
+        """Finish: the trace appears at its path complete, or not at all."""
+        self.fh.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Drop the partial trace (on an error or an interruption)."""
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_synthetic(
+    path: Path | str,
+    workload: churn.Workload,
+    seed: int,
+    turnovers: float,
+    queue_cls: type,
+    block_cls: type,
+) -> int:
+    """Write the synthetic workload's events under ``lru`` (two sides) until the engine
+    age reaches ``turnovers``; return the number of events.
+
+    The events of a synthetic run depend on the policy only through the prefix hits
+    (which decide admission times); a trace fixes them as ``lru`` saw them.
+    """
+    sides = {}
+    for side in (churn.DECODE, churn.PREFILL):
+        blocks = [block_cls(block_id=i) for i in range(workload.pool)]
+        queue = queue_cls(blocks)
+        sides[side] = (queue, blocks, queue.popleft_n)
+    sim = churn.Churn(workload, seed, *sides[churn.DECODE], prefill=sides[churn.PREFILL])
+    writer = TraceWriter(
+        path,
+        workload.pool,
+        (churn.DECODE, churn.PREFILL),
+        source=f"synthetic churn, seed {seed}, lru, {turnovers} turnovers",
+        workload=workload.record(),
+    )
+    try:
+        sim.pools.record = writer
+        sim.run_until(turnovers)
+    except BaseException:
+        writer.discard()
+        raise
+    writer.close()
+    return writer.events
