@@ -36,6 +36,7 @@ import csv
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -153,10 +154,31 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A run folder that could not be read (``run.json`` missing or malformed, its samples
+    malformed): named in the report with ``problem``, out of every table."""
+
+    path: Path
+    problem: str
+
+    @property
+    def host(self) -> str:
+        """The host folder's name."""
+        return self.path.parent.name
+
+    @property
+    def run_id(self) -> str:
+        """The run folder's name."""
+        return self.path.name
+
+
+@dataclass(frozen=True)
 class RawData:
-    """All runs found under a raw directory, sorted by (host, run id)."""
+    """All runs found under a raw directory, sorted by (host, run id); ``unreadable``: the
+    folders that :func:`read_raw` (``strict=False``) could not read."""
 
     runs: tuple[Run, ...]
+    unreadable: tuple[Unreadable, ...] = ()
 
     @property
     def complete(self) -> tuple[Run, ...]:
@@ -175,7 +197,18 @@ class RawData:
 
     def of_kind(self, *kinds: str) -> RawData:
         """The runs of the given kinds only (``bench``, ``history``, ``policy``)."""
-        return RawData(tuple(r for r in self.runs if r.kind in kinds))
+        return RawData(tuple(r for r in self.runs if r.kind in kinds), self.unreadable)
+
+    def only(self, hosts: Sequence[str] = (), runs: Sequence[str] = ()) -> RawData:
+        """The runs (and unreadable folders) of the given hosts and run ids (empty: all)."""
+
+        def keep(host: str, run_id: str) -> bool:
+            return (not hosts or host in hosts) and (not runs or run_id in runs)
+
+        return RawData(
+            tuple(r for r in self.runs if keep(r.host, r.run_id)),
+            tuple(u for u in self.unreadable if keep(u.host, u.run_id)),
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,13 +246,25 @@ def run_dirs(raw_dir: Path | str) -> list[Path]:
     return found
 
 
-def read_raw(raw_dir: Path | str) -> RawData:
+def read_raw(
+    raw_dir: Path | str,
+    *,
+    strict: bool = True,
+    hosts: Sequence[str] = (),
+    run_ids: Sequence[str] = (),
+) -> RawData:
     """Read and check every run under ``raw_dir``.
 
     Parameters
     ----------
     raw_dir
         The raw-data root.
+    strict
+        ``True``: the first unreadable run folder is an error. ``False`` (the report):
+        it is kept in :attr:`RawData.unreadable` with its one-line problem, and the
+        other runs are read.
+    hosts, run_ids
+        Read only these host folders / run folders (empty: all).
 
     Returns
     -------
@@ -229,10 +274,15 @@ def read_raw(raw_dir: Path | str) -> RawData:
     Raises
     ------
     RawDataError
-        On the first missing or malformed file; when a run id is in two folders (any
-        hosts) or two complete runs have byte-identical ``samples.csv`` (a copied run).
+        On the first missing or malformed file (``strict``); when a run id is in two
+        folders (any hosts) or two complete runs have byte-identical ``samples.csv`` (a
+        copied run).
     """
-    dirs = run_dirs(raw_dir)
+    dirs = [
+        d
+        for d in run_dirs(raw_dir)
+        if (not hosts or d.parent.name in hosts) and (not run_ids or d.name in run_ids)
+    ]
     first_of: dict[str, Path] = {}
     for d in dirs:
         if d.name in first_of:
@@ -242,7 +292,16 @@ def read_raw(raw_dir: Path | str) -> RawData:
                 f"and {d} (a copied run; a run id must be unique across hosts)",
             )
         first_of[d.name] = d
-    runs = tuple(read_run(d) for d in dirs)
+    found: list[Run] = []
+    unreadable: list[Unreadable] = []
+    for d in dirs:
+        try:
+            found.append(read_run(d))
+        except RawDataError as exc:
+            if strict:
+                raise
+            unreadable.append(Unreadable(d, f"{exc.path.name}: {exc.problem}"))
+    runs = tuple(found)
     by_digest: dict[str, Run] = {}
     for run in runs:
         if run.samples_sha256 is None:
@@ -254,7 +313,7 @@ def read_raw(raw_dir: Path | str) -> RawData:
                 f"byte-identical to {other.path / schema.SAMPLES_CSV}: folders {other.path} and "
                 f"{run.path} hold the same samples (a copied run)",
             )
-    return RawData(runs)
+    return RawData(runs, tuple(unreadable))
 
 
 def read_run(run_dir: Path | str) -> Run:

@@ -10,17 +10,22 @@ Steps (``docs/design.md`` §7):
    rebuild from the same raw data (:func:`normalize_executed`);
 4. write ``reports/pr-writeup.md`` from the same sections (:mod:`kvqueue.report.writeup`).
 
-A malformed raw file stops everything with one line naming the file (exit status 2); a
-failing notebook names the executed notebook to look at (exit status 1).
+Every run folder is accounted for: each one left out (unreadable, altered, interrupted,
+failed) is printed as one line with its reason (the ``ledger`` table) and the rest still
+renders. Only a raw folder without any usable run (exit status 2, each left-out run
+named), a missing raw folder or a copied run (one line naming the files, exit status 2)
+stop the report; a failing notebook names the executed notebook to look at (exit
+status 1). Each stage prints its time.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
-from kvqueue.analysis import rawdata
+from kvqueue.analysis import ledger, rawdata
 from kvqueue.kernel import quiet_kernel_manager_class
 from kvqueue.params.report import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
@@ -169,21 +174,32 @@ def report(
     raw_dir, processed_dir, out = (
         resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
     )
+    started = time.perf_counter()
+
+    def stage(name: str, since: float) -> float:
+        now = time.perf_counter()
+        print(f"report: {name} ({now - since:.1f} s)", flush=True)
+        return now
+
     try:
-        data = processed.build(raw_dir, processed_dir, settings)
+        data = processed.build(
+            raw_dir, processed_dir, settings, progress=lambda line: print(line, flush=True)
+        )
     except rawdata.RawDataError as exc:
         print(f"kvqueue report: {exc}", file=sys.stderr)
         return 2
-    if not data.runs["included"].fillna(False).any():
-        left = ", ".join(
-            f"{h}/{r}" for h, r in zip(data.runs["host"], data.runs["run_id"], strict=True)
-        )
+    left = ledger.left_out_lines(data.ledger)
+    for line in left:
+        print(f"report: {line}", flush=True)
+    scope = _scope_text(settings)
+    if not (data.ledger["use"] != ledger.LEFT_OUT).any():
         print(
-            f"kvqueue report: {raw_dir}: no complete run"
-            + (f" (left out: {left})" if left else ""),
+            f"kvqueue report: {raw_dir}{scope}: no usable run"
+            + (f" ({len(left)} left out, named above)" if left else " (no run folder found)"),
             file=sys.stderr,
         )
         return 2
+    now = stage(f"processed tables of {len(data.ledger)} run folders{scope}", started)
 
     out.mkdir(parents=True, exist_ok=True)
     figures_dir = out / "figures"
@@ -207,9 +223,26 @@ def report(
             file=sys.stderr,
         )
         return 1
+    now = stage("notebook executed", now)
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
-    md_path = writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))
+    now = stage("HTML rendered", now)
+    # LEAD: switch to the per-question writeups when report/writeup.py has them:
+    # paths = writeup.write_writeups(data, out)
+    paths = [writeup.write_pr_writeup(data, out / "pr-writeup.md", figures.existing(figures_dir))]
+    stage("writeup written", now)
     print(f"report: {html_path}")
-    print(f"writeup: {md_path}")
+    for path in paths:  # write_writeups returns them newest question first
+        print(f"writeup: {path}")
+    print(f"report: done in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _scope_text(settings: ReportSettings) -> str:
+    """`` (hosts a b; runs x)`` for a scoped report, else empty."""
+    parts = [
+        f"{name} {' '.join(values)}"
+        for name, values in (("hosts", settings.hosts), ("runs", settings.runs))
+        if values
+    ]
+    return f" ({'; '.join(parts)})" if parts else ""
