@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import pickle
+import shutil
 import subprocess
 import sys
 import time
