@@ -101,7 +101,7 @@ def ledger(
                 "run_id": bad.run_id,
                 "kind": UNREADABLE,
                 "use": LEFT_OUT,
-                "reason": f"unreadable: {bad.problem}",
+                "reason": bad.problem,
             }
         )
     df = pd.DataFrame(rows, columns=list(COLUMNS))
