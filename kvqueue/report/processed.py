@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from kvqueue import errors, hostinfo, schema, versions
-from kvqueue.analysis import ab, comparisons, integrity, ledger, rawdata, stats
+from kvqueue.analysis import ab, comparisons, integrity, ledger, rawdata, samplefile, stats
 from kvqueue.history import analyze as history_analyze
 from kvqueue.params import bench as bench_params
 from kvqueue.params import checks as param_checks
@@ -69,6 +69,7 @@ CODE_MODULES: tuple[ModuleType, ...] = (
     policy_analyze,
     versions,
     rawdata,
+    samplefile,
     schema,
     stats,
 )

@@ -353,8 +353,7 @@ def runs_note(data: processed.Processed) -> str:
             + "."
         )
     named = [
-        f"{x.host}/{x.run_id} ({str(x.note).removeprefix('left out: ')})"
-        for x in left.itertuples()
+        f"{x.host}/{x.run_id} ({str(x.note).removeprefix('left out: ')})" for x in left.itertuples()
     ]
     named += [f"{x.host}/{x.run_id} ({x.kind}: {x.reason})" for x in others_left]
     if named:
