@@ -268,7 +268,7 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
     # Columns this table does not know (a check added to variants.csv later) are shown
     # as they are, unless empty in every row.
     extra = [c for c in data.variants.columns if c not in _VARIANTS_KNOWN]
-    extra = [c for c in extra if not v[c].map(is_na).all()]
+    extra = [c for c in extra if not all(is_na(x) for x in v[c])]
     grouped: dict[tuple[str, ...], list[str]] = {}
     for r in v.itertuples(index=False):
         if r.label == r.baseline:
