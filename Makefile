@@ -152,8 +152,7 @@ report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.htm
 	@echo "report: $(abspath $(REPORT_HTML))"
 
 $(REPORT_SCOPE): FORCE
-	@mkdir -p $(@D)
-	$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS))
+	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS))
 	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 FORCE:

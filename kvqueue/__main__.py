@@ -190,7 +190,9 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
     given = [n for n in names if getattr(args, n) is not None]
     if given:
         raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
-    return environment_texts((*declared.fields, *declared.refused), os.environ)
+    # A field without a Make variable (report's pairs, confidence, ...) is not read.
+    read = [f for f in (*declared.fields, *declared.refused) if spec_of(f).make]
+    return environment_texts(read, os.environ)
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
