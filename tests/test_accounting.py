@@ -206,3 +206,20 @@ def test_truncated_cache_file_is_recomputed(tmp_path: Path) -> None:
     again = processed.build(raw, out, FAST, progress=lines.append)
     assert any(line.startswith(f"processed: analysed synth/{run.name}") for line in lines)
     assert again.summary.equals(first.summary)
+
+
+@pytest.mark.slow
+def test_report_renders_history_and_policy_runs_without_bench_runs(
+    question_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = question_runs / "synth" / "20261129T100000Z-cp312-dead"
+    bad.mkdir(parents=True)  # a folder without run.json: named, not fatal
+    out = tmp_path / "out"
+    code = build.report(question_runs, tmp_path / "p", out, FAST)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"report: left out synth/{bad.name} (unreadable): run.json: missing" in printed
+    page = (out / "report.html").read_text(encoding="utf-8")
+    for run_id in (HISTORY, POLICY, bad.name):
+        assert run_id in page
+    assert "report: done in" in printed
