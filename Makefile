@@ -43,6 +43,9 @@ RAW_DIR   ?= data/raw
 # your own timed as the newest point after them ('' = none).
 RELEASES ?=
 NEWEST   ?=
+# make report: its scope, host labels and run ids, space-separated ('' = every run).
+HOSTS ?=
+RUNS  ?=
 
 # `make policy` parameters: one Make variable per field of kvqueue.params.policy.PolicyParams
 # (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
@@ -78,20 +81,21 @@ DESC_COST_NS ?=
 # `python -m kvqueue TARGET --from-env` reads; tests/test_params.py checks that they agree).
 # validate gates what bench would (HOST is no part of it); quick writes nothing (no HOST,
 # RAW_DIR) and is never QUICK; history refuses VARIANTS, AA, BLOCK_SOURCE and QUICK.
-VAR_TARGETS   := validate bench quick history policy
+VAR_TARGETS   := validate bench quick history policy report
 validate_VARS := $(filter-out HOST,$(BENCH_VARS))
 bench_VARS    := $(BENCH_VARS) RAW_DIR
 quick_VARS    := $(filter-out HOST QUICK,$(BENCH_VARS))
 history_VARS  := $(BENCH_VARS) RELEASES NEWEST RAW_DIR
 policy_VARS   := $(POLICY_VARS) RAW_DIR
+report_VARS   := HOSTS RUNS RAW_DIR
 $(foreach t,$(VAR_TARGETS),$(foreach v,$($(t)_VARS),$(eval $(t): export KVQUEUE_$(v) = $$(value $(v)))))
 # Make exports command-line variables to every recipe, expanding them on the way (a
 # HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES NEWEST
+unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES NEWEST HOSTS RUNS
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test-fast lint format validate bench quick history policy report notebooks clean
+.PHONY: help setup test test-fast lint format validate bench quick history policy report notebooks clean FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
@@ -141,34 +145,37 @@ policy: $(STAMP) ## allocation policies against engine age (REGIME=chat|agentic,
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 
-RAW_FILES    := $(shell find data/raw -type f 2>/dev/null)
+RAW_FILES    := $(shell find $(RAW_DIR) -type f 2>/dev/null)
 # The folders too: removing a run folder changes its host folder's mtime (and removing a
-# host folder changes data/raw's), so the report is rebuilt without the removed run.
-RAW_FOLDERS  := $(wildcard data/raw) $(wildcard data/raw/*/) $(wildcard data/raw/*/*/)
+# host folder changes the raw folder's), so the report is rebuilt without the removed run.
+RAW_FOLDERS  := $(wildcard $(RAW_DIR)) $(wildcard $(RAW_DIR)/*/) $(wildcard $(RAW_DIR)/*/*/)
 # And git's index: the report shows whether each run is committed and unmodified.
 GIT_STATE    := $(wildcard .git/index .git/HEAD)
-REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(wildcard kvqueue/*.py kvqueue/*/*.py) \
-                notebooks/report.ipynb
+# The scope (RAW_DIR, HOSTS, RUNS): rewritten only when it changes, so a report of other
+# runs is rebuilt and an unchanged one is not.
+REPORT_SCOPE := reports/.scope
+REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(REPORT_SCOPE) \
+                $(wildcard kvqueue/*.py kvqueue/*/*.py) notebooks/report.ipynb
 REPORT_HTML  := reports/report.html
 
-# make report CASES="...": the cases of the writeups' A/B tables ('' = alloc1 alloc2 mix),
-# passed unexpanded. The writeups depend on it, so a given CASES always rebuilds, and a
-# build with other cases leaves reports/writeups/.cases behind so that the next default
-# build rebuilds too.
 REPORT_FORCE := $(if $(value CASES),FORCE,$(wildcard reports/writeups/.cases))
 WRITEUPS_INDEX := reports/writeups/index.txt
 
-report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and one writeup per question, reports/writeups/*.md (CASES=...)
+report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and one writeup per question (reports/writeups/*.md) from RAW_DIR (CASES=..., HOSTS=..., RUNS=...)
 	@echo "report: $(abspath $(REPORT_HTML))"
 	@sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX)
 
-$(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(value CASES)
-$(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
-	$(VPY) -m kvqueue report --raw-dir data/raw --processed-dir data/processed --out reports \
-	  --cases "$$KVQUEUE_REPORT_CASES"
+$(REPORT_SCOPE): FORCE
+	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS))
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 .PHONY: FORCE
 FORCE:
+
+$(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(value CASES)
+$(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
+	$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
+	  --cases "$$KVQUEUE_REPORT_CASES"
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
 	rm -rf data/processed reports

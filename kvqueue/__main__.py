@@ -110,7 +110,7 @@ _READS: dict[str, _Reads] = {
         extra=(history_params.RELEASES, history_params.NEWEST, RAW_DIR),
     ),
     "policy": _Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
-    "report": _Reads(tuple(report_params.report_fields())),
+    "report": _Reads(tuple(report_params.report_fields()), extra=(RAW_DIR,)),
     "sync-notebooks": _Reads(),
 }
 
@@ -190,7 +190,9 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
     given = [n for n in names if getattr(args, n) is not None]
     if given:
         raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
-    return environment_texts((*declared.fields, *declared.refused), os.environ)
+    # A field without a Make variable (report's pairs, confidence, ...) is not read.
+    read = [f for f in (*declared.fields, *declared.refused) if spec_of(f).make]
+    return environment_texts(read, os.environ)
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
@@ -539,8 +541,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="rebuild data/processed and render the HTML report and the PR writeup",
         description="Build data/processed and render the HTML report and the PR writeup.",
     )
+    _add_raw_dir(p)
     for name, (default, help_) in report_params.REPORT_PATHS.items():
-        if name != "figures_dir":  # figures go to <out>/figures
+        if name not in ("figures_dir", "raw_dir"):  # figures go to <out>/figures
             p.add_argument(_option(name), type=Path, default=resolve_in_repo(default), help=help_)
     p.add_argument("--out", type=Path, default=resolve_in_repo("reports"), help="report folder")
     p.add_argument("--notebook", type=Path, default=None, help="report notebook to run")
@@ -551,6 +554,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "'': alloc1 alloc2 mix)",
     )
     _add_param_options(p, "report")
+    _add_from_env(p, "report", "what `make report` uses")
     p.set_defaults(func=_cmd_report)
 
 
@@ -577,7 +581,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     cases = _report_cases(args.cases)
     # Given paths are relative to the current folder, as on any command line.
     return build.report(
-        raw_dir=args.raw_dir.resolve(),
+        raw_dir=_raw_dir(args),
         processed_dir=args.processed_dir.resolve(),
         out=args.out.resolve(),
         settings=settings,

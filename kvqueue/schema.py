@@ -590,6 +590,17 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_high": _F,
         "significant": _B,  # the interval excludes 0
     },
+    # One row per run folder found, whatever its kind (kvqueue.analysis.ledger).
+    "ledger": {
+        "host": _S,
+        "run_id": _S,
+        "kind": _S,  # bench | history | policy | unreadable
+        "interpreter": _S,
+        "status": _S,
+        "started_at": _S,
+        "use": _S,  # headline | shown | left out
+        "reason": _S,
+    },
 }
 
 

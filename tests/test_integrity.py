@@ -570,9 +570,9 @@ def test_git_state_per_run_and_the_manifest_notices_it(tmp_path: Path) -> None:
 
     out = tmp_path / "proc"
     processed.build(raw, out, FAST)
-    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     processed.build(raw, out, FAST)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == first  # byte-identical
     runs = processed.load(out).runs.set_index("run_id")
     assert runs.loc[a.name, "git_state"] == "committed"
     assert runs.loc[b.name, "git_state"] == "untracked"

@@ -74,7 +74,8 @@ def test_cli_options_are_the_fields() -> None:
     assert _options("history") == history | {"releases", "newest", "raw_dir", "from_env"}
     assert _options("policy") == _names(policy_params.policy_fields()) | {"raw_dir", "from_env"}
     settings = _names(report_params.report_fields())
-    assert _options("report") == settings | {"raw_dir", "processed_dir", "out", "notebook", "cases"}
+    report = {"raw_dir", "processed_dir", "out", "notebook", "from_env", "cases"}
+    assert _options("report") == settings | report
 
 
 @pytest.mark.parametrize("path", sorted(notebook.expected_parameters_cells()), ids=str)

@@ -262,9 +262,9 @@ def test_processed_build_passes_git_states_to_the_policy_table(tmp_path, monkeyp
     seen = {}
     original = policy_analyze.analyze
 
-    def fake(raw_dir, settings=None, git_states=None):
+    def fake(raw_dir, settings=None, git_states=None, only=None):
         seen["git"] = git_states
-        return original(raw_dir, settings, git_states)
+        return original(raw_dir, settings, git_states, only)
 
     monkeypatch.setattr(processed, "git_states", lambda raw_dir: {"h/r1": "modified"})
     monkeypatch.setattr(policy_analyze, "analyze", fake)

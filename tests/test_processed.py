@@ -28,7 +28,8 @@ def fixture_raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    # The tables and the manifest (runs/ holds the per-run cache, pickles).
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,9 +295,14 @@ def test_cli_malformed_file_one_line_nonzero(
             str(tmp_path / "r"),
         ]
     )
-    err = capsys.readouterr().err
-    assert code != 0
-    assert err.count("\n") == 1 and str(run / "run.json") in err
+    out, err = capsys.readouterr()
+    assert code == 2  # the only run is left out: nothing to render
+    left = [line for line in out.splitlines() if line.startswith("report: left out")]
+    assert left == [
+        f"report: left out synth/{run.name} (unreadable): run.json: invalid JSON at line 1 "
+        "column 2: Expecting property name enclosed in double quotes"
+    ]
+    assert err.count("\n") == 1 and "no usable run (1 left out, named above)" in err
 
 
 def test_cli_no_complete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -304,7 +310,9 @@ def test_cli_no_complete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     args = ["--raw-dir", str(tmp_path / "raw"), "--processed-dir", str(tmp_path / "p")]
     code = cli.main(["report", *args, "--out", str(tmp_path / "r")])
     assert code == 2
-    assert "no complete run" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "no usable run (1 left out, named above)" in err
+    assert "(bench): status failed (the run did not finish)" in out
 
 
 # ---------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} 
     "seed",
     "delta",
     "method",
+    "hosts",
+    "runs",
 }
 HEADINGS = [
     sections.TITLE,

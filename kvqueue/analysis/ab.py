@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -420,8 +420,14 @@ def conform(df: pd.DataFrame, table: str, sort: Sequence[str] | None = None) -> 
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in spec.items()})
     out = df.reindex(columns=list(spec))
     for col, dtype in spec.items():
-        if dtype == _S:
+        # Fast paths (a column of strings or of floats already): the per-value map below
+        # took 2.9 s of a 12 s cached rebuild of the committed data.
+        if dtype == _S and pd.api.types.infer_dtype(out[col], skipna=True) in ("string", "empty"):
+            out[col] = out[col].astype(dtype)
+        elif dtype == _S:
             out[col] = out[col].map(lambda v: pd.NA if _missing(v) else str(v))
+        elif dtype == _F and pd.api.types.is_float_dtype(out[col]):
+            pass
         elif dtype == _F:
             # Optional metadata (absent in run.json) becomes NaN, the float "missing".
             out[col] = out[col].map(lambda v: np.nan if _missing(v) else v)
@@ -458,10 +464,108 @@ def with_git_state(raw: rawdata.RawData, git_states: Mapping[str, str] | None) -
     return replace(raw, runs=tuple(runs))
 
 
+#: Tables of :func:`analyze_run`: one run's share of the statistics (no ``headline``).
+RUN_TABLES = ("process_medians", "ratios", "summary", "order_effects", "floor_gap")
+
+
+def analyze_run(run: rawdata.Run, settings: ReportSettings) -> dict[str, pd.DataFrame]:
+    """The statistics of one included bench run: its share of :data:`RUN_TABLES`.
+
+    Everything here depends on the run alone (a cell holds the run id), so
+    :mod:`kvqueue.report.processed` caches the result per run folder; only the
+    ``headline`` flags, which compare runs, are set by :func:`analyze`.
+
+    Parameters
+    ----------
+    run
+        An included run (complete, not altered: it carries its samples).
+    settings
+        Pairs, bootstrap settings and the verdict band.
+
+    Returns
+    -------
+    dict
+        Table name -> this run's rows (``headline`` columns absent).
+    """
+    boot = settings.bootstrap()
+    cell = list(CELL)
+    samples = _all_samples(rawdata.RawData((run,)))
+    medians = stats.process_medians(samples, CELL) if len(samples) else samples.iloc[0:0]
+
+    # Paired per-process ratios of every comparison in the run.
+    bound = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
+    labels = [v["label"] for v in run.meta["variants"]]
+    ratio_frames = []
+    for cand, base, kind in comparisons_for_run(
+        labels, run.meta["baseline"], bound, settings.pairs
+    ):
+        r = stats.paired_ratios(medians, cand, base, cell)
+        r.insert(len(cell) + 2, "kind", kind)
+        ratio_frames.append(r)
+    ratios = pd.concat(ratio_frames, ignore_index=True) if ratio_frames else pd.DataFrame()
+    ratios = conform(ratios, "ratios", sort=[*cell, "kind", "candidate", "baseline", "process"])
+
+    # One summary row per (cell, comparison).
+    medians_by_cell = {k: g for k, g in medians.groupby(cell, sort=True)}
+    rows = []
+    for key, grp in ratios.groupby([*cell, *COMPARISON], sort=True):
+        cell_key = tuple(key[: len(cell)])
+        row = dict(zip([*cell, *COMPARISON], key, strict=True))
+        row.update(
+            stats.summarize_pair(grp, medians_by_cell[cell_key], delta=settings.delta, **boot)
+        )
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    if len(summary):
+        aa = summary[summary["kind"] == AA].assign(
+            aa_half_width=lambda d: (d["ci_high"] - d["ci_low"]) / 2
+        )
+        aa_hw = aa.groupby(cell, sort=True)["aa_half_width"].max().reset_index()
+        summary = summary.merge(aa_hw, on=cell, how="left")
+
+    # Order effect per cell, against the tightest CI of that cell's comparisons.
+    pair_rows = summary[summary["kind"] == PAIR] if len(summary) else summary
+    tightest_by_cell = {}
+    if len(pair_rows):
+        tightest = ((pair_rows["ci_high"] - pair_rows["ci_low"]) / 2).groupby(
+            [pair_rows[c] for c in cell]
+        )
+        tightest_by_cell = {tuple(k): float(v) for k, v in tightest.min().items()}
+    order_rows = []
+    for key, grp in samples.groupby(cell, sort=True) if len(samples) else ():
+        est = stats.order_effect(grp, **boot)
+        ref = tightest_by_cell.get(tuple(key), np.nan)
+        order_rows.append(
+            {
+                **dict(zip(cell, key, strict=True)),
+                "n_processes": est.n,
+                "positions": int(grp["order_position"].max()) + 1,
+                "effect": est.estimate,
+                "ci_low": est.low,
+                "ci_high": est.high,
+                "headline_half_width": ref,
+                # Warn only for an effect that is real (CI excludes 0) AND larger than
+                # the precision of the comparisons; a point estimate alone is noise.
+                "warn": bool(
+                    np.isfinite(ref) and abs(est.estimate) > ref and (est.low > 0 or est.high < 0)
+                ),
+            }
+        )
+    floor_gap = _floor_gap_rows(rawdata.RawData((run,)), medians, ratios, set(), boot)
+    return {
+        "process_medians": medians,
+        "ratios": ratios,
+        "summary": summary,
+        "order_effects": pd.DataFrame(order_rows),
+        "floor_gap": pd.DataFrame(floor_gap),
+    }
+
+
 def analyze(
     raw: rawdata.RawData,
     settings: ReportSettings,
     git_states: Mapping[str, str] | None = None,
+    per_run: Callable[[rawdata.Run], dict[str, pd.DataFrame]] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Compute every processed table from checked raw runs (no I/O).
 
@@ -477,13 +581,14 @@ def analyze(
         Pairs, bootstrap settings and the verdict band.
     git_states
         Git state of each run folder (see :func:`runs_table`).
+    per_run
+        ``run -> analyze_run(run, settings)`` or a cached equal of it (default: compute).
 
     Returns
     -------
     dict
         Table name (a key of :data:`kvqueue.schema.PROCESSED_TABLES`) -> its rows.
     """
-    boot = settings.bootstrap()
     everything = with_git_state(raw, git_states)
     # The A/B tables (headline, A/A coverage, precision) read bench runs only: a history
     # run pairs releases of its own choosing and a policy run returns different blocks.
@@ -492,93 +597,36 @@ def analyze(
     variants = variants_table(raw)
     headline_runs = runs.loc[runs["headline"].fillna(False), ["host", "run_id"]]
     headline_ids = set(headline_runs.itertuples(index=False, name=None))
-    samples = _all_samples(raw)
-    medians = stats.process_medians(samples, CELL) if len(samples) else samples.iloc[0:0]
+    compute = per_run or (lambda run: analyze_run(run, settings))
+    parts = [compute(run) for run in raw.included]
+
+    def joined(name: str) -> pd.DataFrame:
+        frames = [p[name] for p in parts if len(p[name])]
+        if not frames:
+            return pd.DataFrame()
+        df = pd.concat(frames, ignore_index=True)
+        if name != "process_medians" and name != "ratios":
+            ids = zip(df["host"], df["run_id"], strict=True)
+            df["headline"] = [key in headline_ids for key in ids]
+        return df
+
     cell = list(CELL)
-
-    # Paired per-process ratios of every comparison in every complete run.
-    ratio_frames = []
-    for run in raw.included:
-        bound = [v["label"] for v in run.meta["variants"] if v.get("is_bound")]
-        labels = [v["label"] for v in run.meta["variants"]]
-        run_medians = _of_run(medians, run)
-        for cand, base, kind in comparisons_for_run(
-            labels, run.meta["baseline"], bound, settings.pairs
-        ):
-            r = stats.paired_ratios(run_medians, cand, base, cell)
-            r.insert(len(cell) + 2, "kind", kind)
-            ratio_frames.append(r)
-    ratios = pd.concat(ratio_frames, ignore_index=True) if ratio_frames else pd.DataFrame()
-    ratios = conform(ratios, "ratios", sort=[*cell, "kind", "candidate", "baseline", "process"])
-
-    # One summary row per (cell, comparison).
-    medians_by_cell = {k: g for k, g in medians.groupby(cell, sort=True)}
-    rows = []
-    for key, grp in ratios.groupby([*cell, *COMPARISON], sort=True):
-        cell_key = tuple(key[: len(cell)])
-        row = dict(zip([*cell, *COMPARISON], key, strict=True))
-        row.update(
-            stats.summarize_pair(grp, medians_by_cell[cell_key], delta=settings.delta, **boot)
-        )
-        row["headline"] = (row["host"], row["run_id"]) in headline_ids
-        rows.append(row)
-    summary = pd.DataFrame(rows)
-    if len(summary):
-        aa = summary[summary["kind"] == AA].assign(
-            aa_half_width=lambda d: (d["ci_high"] - d["ci_low"]) / 2
-        )
-        aa_hw = aa.groupby(cell, sort=True)["aa_half_width"].max().reset_index()
-        summary = summary.merge(aa_hw, on=cell, how="left")
-    summary = conform(summary, "summary", sort=[*cell, "kind", "candidate", "baseline"])
-
-    # Order effect per cell, against the tightest headline CI of that cell.
-    pair_rows = summary[summary["kind"] == PAIR]
-    tightest = ((pair_rows["ci_high"] - pair_rows["ci_low"]) / 2).groupby(
-        [pair_rows[c] for c in cell]
-    )
-    tightest_by_cell = (
-        {tuple(k): float(v) for k, v in tightest.min().items()} if len(pair_rows) else {}
-    )
-    order_rows = []
-    if len(samples):
-        for key, grp in samples.groupby(cell, sort=True):
-            est = stats.order_effect(grp, **boot)
-            ref = tightest_by_cell.get(tuple(key), np.nan)
-            order_rows.append(
-                {
-                    **dict(zip(cell, key, strict=True)),
-                    "headline": (key[0], key[2]) in headline_ids,
-                    "n_processes": est.n,
-                    "positions": int(grp["order_position"].max()) + 1,
-                    "effect": est.estimate,
-                    "ci_low": est.low,
-                    "ci_high": est.high,
-                    "headline_half_width": ref,
-                    # Warn only for an effect that is real (CI excludes 0) AND larger than
-                    # the precision of the comparisons; a point estimate alone is noise.
-                    "warn": bool(
-                        np.isfinite(ref)
-                        and abs(est.estimate) > ref
-                        and (est.low > 0 or est.high < 0)
-                    ),
-                }
-            )
-    order_effects = conform(pd.DataFrame(order_rows), "order_effects", sort=cell)
-
-    floor_gap = conform(
-        pd.DataFrame(_floor_gap_rows(raw, medians, ratios, headline_ids, boot)),
-        "floor_gap",
-        sort=[*cell, "candidate", "baseline", "bound"],
-    )
-    medians = conform(medians, "process_medians", sort=[*cell, "variant", "process"])
     return {
         "runs": runs,
         "variants": variants,
-        "process_medians": medians,
-        "ratios": ratios,
-        "summary": summary,
-        "order_effects": order_effects,
-        "floor_gap": floor_gap,
+        "process_medians": conform(
+            joined("process_medians"), "process_medians", sort=[*cell, "variant", "process"]
+        ),
+        "ratios": conform(
+            joined("ratios"), "ratios", sort=[*cell, "kind", "candidate", "baseline", "process"]
+        ),
+        "summary": conform(
+            joined("summary"), "summary", sort=[*cell, "kind", "candidate", "baseline"]
+        ),
+        "order_effects": conform(joined("order_effects"), "order_effects", sort=cell),
+        "floor_gap": conform(
+            joined("floor_gap"), "floor_gap", sort=[*cell, "candidate", "baseline", "bound"]
+        ),
     }
 
 

@@ -32,46 +32,30 @@ records; its own files are read by its own module, from :attr:`Run.path`.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import integrity
+from kvqueue.analysis.samplefile import RawDataError, read_samples
+from kvqueue.analysis.samplefile import require as _require
+
+#: ``(samples.csv path, run.json meta, sha256 of the file) -> checked samples``: how
+#: :func:`read_run` parses a run's samples (default :func:`read_samples`; the report
+#: passes a cache keyed by the digest).
+SamplesReader = Callable[[Path, dict[str, Any], str], pd.DataFrame]
 
 COMPLETE = "complete"
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-_INT_COLUMNS = (
-    "process",
-    "pool",
-    "sample",
-    "order_position",
-    "loops",
-    "ops_per_loop",
-    "ns_total",
-    "epoch",
-)
-_FLOAT_COLUMNS = ("ns_per_cycle",)
-_STR_COLUMNS = ("phase", "case", "variant")
-
-
-class RawDataError(ValueError):
-    """A raw file is missing or malformed; ``str()`` is one line naming the file."""
-
-    def __init__(self, path: Path | str, problem: str) -> None:
-        self.path = Path(path)
-        self.problem = " ".join(str(problem).split())
-        super().__init__(f"{self.path}: {self.problem}")
 
 
 @dataclass(frozen=True)
@@ -153,10 +137,31 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A run folder that could not be read (``run.json`` missing or malformed, its samples
+    malformed): named in the report with ``problem``, out of every table."""
+
+    path: Path
+    problem: str
+
+    @property
+    def host(self) -> str:
+        """The host folder's name."""
+        return self.path.parent.name
+
+    @property
+    def run_id(self) -> str:
+        """The run folder's name."""
+        return self.path.name
+
+
+@dataclass(frozen=True)
 class RawData:
-    """All runs found under a raw directory, sorted by (host, run id)."""
+    """All runs found under a raw directory, sorted by (host, run id); ``unreadable``: the
+    folders that :func:`read_raw` (``strict=False``) could not read."""
 
     runs: tuple[Run, ...]
+    unreadable: tuple[Unreadable, ...] = ()
 
     @property
     def complete(self) -> tuple[Run, ...]:
@@ -175,7 +180,7 @@ class RawData:
 
     def of_kind(self, *kinds: str) -> RawData:
         """The runs of the given kinds only (``bench``, ``history``, ``policy``)."""
-        return RawData(tuple(r for r in self.runs if r.kind in kinds))
+        return RawData(tuple(r for r in self.runs if r.kind in kinds), self.unreadable)
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,13 +218,28 @@ def run_dirs(raw_dir: Path | str) -> list[Path]:
     return found
 
 
-def read_raw(raw_dir: Path | str) -> RawData:
+def read_raw(
+    raw_dir: Path | str,
+    *,
+    strict: bool = True,
+    hosts: Sequence[str] = (),
+    run_ids: Sequence[str] = (),
+    samples_reader: SamplesReader | None = None,
+) -> RawData:
     """Read and check every run under ``raw_dir``.
 
     Parameters
     ----------
     raw_dir
         The raw-data root.
+    strict
+        ``True``: the first unreadable run folder is an error. ``False`` (the report):
+        it is kept in :attr:`RawData.unreadable` with its one-line problem, and the
+        other runs are read.
+    hosts, run_ids
+        Read only these host folders / run folders (empty: all).
+    samples_reader
+        How samples are parsed (see :data:`SamplesReader`; default :func:`read_samples`).
 
     Returns
     -------
@@ -229,10 +249,15 @@ def read_raw(raw_dir: Path | str) -> RawData:
     Raises
     ------
     RawDataError
-        On the first missing or malformed file; when a run id is in two folders (any
-        hosts) or two complete runs have byte-identical ``samples.csv`` (a copied run).
+        On the first missing or malformed file (``strict``); when a run id is in two
+        folders (any hosts) or two complete runs have byte-identical ``samples.csv`` (a
+        copied run).
     """
-    dirs = run_dirs(raw_dir)
+    dirs = [
+        d
+        for d in run_dirs(raw_dir)
+        if (not hosts or d.parent.name in hosts) and (not run_ids or d.name in run_ids)
+    ]
     first_of: dict[str, Path] = {}
     for d in dirs:
         if d.name in first_of:
@@ -242,7 +267,16 @@ def read_raw(raw_dir: Path | str) -> RawData:
                 f"and {d} (a copied run; a run id must be unique across hosts)",
             )
         first_of[d.name] = d
-    runs = tuple(read_run(d) for d in dirs)
+    found: list[Run] = []
+    unreadable: list[Unreadable] = []
+    for d in dirs:
+        try:
+            found.append(read_run(d, samples_reader))
+        except RawDataError as exc:
+            if strict:
+                raise
+            unreadable.append(Unreadable(d, f"{exc.path.name}: {exc.problem}"))
+    runs = tuple(found)
     by_digest: dict[str, Run] = {}
     for run in runs:
         if run.samples_sha256 is None:
@@ -254,10 +288,10 @@ def read_raw(raw_dir: Path | str) -> RawData:
                 f"byte-identical to {other.path / schema.SAMPLES_CSV}: folders {other.path} and "
                 f"{run.path} hold the same samples (a copied run)",
             )
-    return RawData(runs)
+    return RawData(runs, tuple(unreadable))
 
 
-def read_run(run_dir: Path | str) -> Run:
+def read_run(run_dir: Path | str, samples_reader: SamplesReader | None = None) -> Run:
     """Read one run folder (samples only when the run is complete).
 
     Parameters
@@ -299,7 +333,10 @@ def read_run(run_dir: Path | str) -> Run:
     if problem is not None:
         # The file is not the one the run wrote: never parse it into the analysis.
         return Run(run_dir, meta, None, integrity.ALTERED + problem, problem, digest)
-    samples = read_samples(path, meta)
+    if samples_reader is None:
+        samples = read_samples(path, meta)
+    else:
+        samples = samples_reader(path, meta, digest)
     recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(schema.SAMPLES_CSV) or {}).get("rows")
     if recorded_rows is not None and recorded_rows != len(samples):
         problem = f"samples.csv has {len(samples):,} rows, run.json records {recorded_rows:,}"
@@ -346,11 +383,6 @@ def _lookup(meta: dict[str, Any], dotted: str) -> Any:
 def _bool_as_number(value: Any, kinds: tuple[type, ...]) -> bool:
     # bool is a subclass of int: True must not pass as a process count.
     return isinstance(value, bool) and bool not in kinds
-
-
-def _require(cond: bool, path: Path, problem: str) -> None:
-    if not cond:
-        raise RawDataError(path, problem)
 
 
 def read_run_json(path: Path | str) -> dict[str, Any]:
@@ -523,135 +555,3 @@ def _check_files_entry(meta: dict[str, Any], path: Path) -> None:
                 path,
                 f"{where}.rows must be a whole number",
             )
-
-
-# ---------------------------------------------------------------------------------------
-# samples.csv
-
-
-def _read_csv_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """Read a CSV strictly: header plus rows that all have the header's field count."""
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh, strict=True)
-            header = next(reader, None)
-            if not header:
-                raise RawDataError(path, "empty file (no header)")
-            rows, lines = [], []
-            for row in reader:
-                if not row:
-                    continue  # a blank line carries no sample
-                if len(row) != len(header):
-                    raise RawDataError(
-                        path,
-                        f"not a valid CSV: line {reader.line_num} has {len(row)} fields, "
-                        f"expected {len(header)}",
-                    )
-                rows.append(row)
-                lines.append(reader.line_num)
-    except UnicodeDecodeError as exc:
-        raise RawDataError(path, f"not UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise RawDataError(path, f"not a valid CSV: {exc}") from None
-    return header, rows, lines
-
-
-def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
-    """Parse and check a ``samples.csv`` against its run's metadata.
-
-    Parameters
-    ----------
-    path
-        The file.
-    meta
-        The run's parsed ``run.json`` (for the variant labels).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns :data:`schema.SAMPLE_COLUMNS` with integer / float / string dtypes.
-
-    Raises
-    ------
-    RawDataError
-        Missing file, wrong header, a non-numeric or out-of-range value (with its line
-        number), unknown phase/case/variant, duplicate samples or inconsistent
-        ``ns_per_cycle``.
-    """
-    path = Path(path)
-    _require(path.is_file(), path, "missing (a complete run needs its samples)")
-    header, rows, lines = _read_csv_rows(path)
-    expected = schema.sample_columns(int(meta.get("schema_version", schema.SCHEMA_VERSION)))
-    missing = [c for c in expected if c not in header]
-    extra = [c for c in header if c not in expected]
-    _require(
-        not missing and not extra,
-        path,
-        f"header mismatch: missing {missing or 'none'}, unexpected {extra or 'none'}",
-    )
-    # Everything as text first, so a bad value can be reported with its line.
-    raw = pd.DataFrame(rows, columns=header, dtype=str)
-    if "epoch" not in header:  # before layout epochs: one layout per process
-        raw["epoch"] = "0"
-    _require(len(raw) > 0, path, "no samples")
-
-    def first(mask: np.ndarray) -> int:
-        return int(np.flatnonzero(mask)[0])
-
-    def line_of(mask: np.ndarray) -> int:
-        return lines[first(mask)]
-
-    out = pd.DataFrame(index=raw.index)
-    for col in _INT_COLUMNS + _FLOAT_COLUMNS:
-        text = raw[col].str.strip()
-        values = pd.to_numeric(text, errors="coerce")
-        bad = values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=float))
-        if bad.any():
-            i = first(bad)
-            raise RawDataError(
-                path, f"line {lines[i]}: {col} is not a number: {raw[col].iloc[i]!r}"
-            )
-        if col in _INT_COLUMNS:
-            frac = (values % 1 != 0).to_numpy()
-            if frac.any():
-                raise RawDataError(path, f"line {line_of(frac)}: {col} must be an integer")
-            values = values.astype(np.int64)
-        out[col] = values
-    for col in _STR_COLUMNS:
-        out[col] = raw[col].astype(str)
-
-    checks: list[tuple[str, np.ndarray]] = [
-        (f"phase not in {list(schema.PHASES)}", ~out["phase"].isin(schema.PHASES).to_numpy()),
-        (f"case not in {list(schema.CASES)}", ~out["case"].isin(schema.CASES).to_numpy()),
-        (
-            "variant is not listed in run.json",
-            ~out["variant"].isin([v["label"] for v in meta["variants"]]).to_numpy(),
-        ),
-        ("process must be >= 1", (out["process"] < 1).to_numpy()),
-        ("pool must be >= 1", (out["pool"] < 1).to_numpy()),
-        ("sample must be >= 0", (out["sample"] < 0).to_numpy()),
-        ("order_position must be >= 0", (out["order_position"] < 0).to_numpy()),
-        ("loops must be >= 1", (out["loops"] < 1).to_numpy()),
-        ("ops_per_loop must be >= 1", (out["ops_per_loop"] < 1).to_numpy()),
-        ("ns_total must be > 0", (out["ns_total"] <= 0).to_numpy()),
-        ("ns_per_cycle must be > 0", (out["ns_per_cycle"] <= 0).to_numpy()),
-        ("epoch must be >= 0", (out["epoch"] < 0).to_numpy()),
-    ]
-    for problem, bad in checks:
-        if bad.any():
-            i = first(bad)
-            row = raw.iloc[i]
-            detail = ", ".join(f"{c}={row[c]}" for c in ("phase", "case", "variant"))
-            raise RawDataError(path, f"line {lines[i]}: {problem} ({detail})")
-    expected = out["ns_total"] / (out["loops"] * out["ops_per_loop"])
-    off = ~np.isclose(out["ns_per_cycle"], expected, rtol=schema.NS_PER_CYCLE_RTOL, atol=0)
-    if off.any():
-        raise RawDataError(
-            path,
-            f"line {line_of(np.asarray(off))}: ns_per_cycle != ns_total / (loops * ops_per_loop)",
-        )
-    key = ["phase", "process", "case", "pool", "variant", "sample"]
-    dup = out.duplicated(key, keep="first").to_numpy()
-    if dup.any():
-        raise RawDataError(path, f"line {line_of(dup)}: duplicate sample {key}")
-    return out[list(schema.SAMPLE_COLUMNS)]

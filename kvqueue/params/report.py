@@ -20,6 +20,11 @@ DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The fields of :class:`ReportSettings` that choose runs (the scope), not how they are
+#: analysed: a run's cached analysis does not depend on them.
+SCOPE_FIELDS = ("hosts", "runs")
+
+
 @dataclass(frozen=True)
 class ReportSettings:
     """Analysis settings of ``make report`` (the report notebook's parameters).
@@ -38,6 +43,8 @@ class ReportSettings:
         Equivalence band of the verdict (fraction).
     method
         scipy bootstrap method.
+    hosts, runs
+        The report's scope: only these host labels / run ids (empty: every run found).
     """
 
     pairs: tuple[tuple[str, str], ...] = param(
@@ -59,6 +66,18 @@ class ReportSettings:
         "statistic interval of the median; 94-97% measured coverage), or a "
         "scipy.stats.bootstrap method (percentile, basic, BCa) to bootstrap the median",
     )
+    hosts: tuple[str, ...] = param(
+        (),
+        "HOSTS",
+        "report only the runs of these host labels, space-separated (empty: every host)",
+        "words",
+    )
+    runs: tuple[str, ...] = param(
+        (),
+        "RUNS",
+        "report only these run ids, space-separated (empty: every run)",
+        "words",
+    )
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ReportSettings:
@@ -68,12 +87,17 @@ class ReportSettings:
             del values["pairs"]  # [] in the notebook: the default pairs
         if "pairs" in values:
             values["pairs"] = tuple((str(c), str(b)) for c, b in values["pairs"])
+        for name in SCOPE_FIELDS:
+            if name in values:
+                values[name] = tuple(str(v) for v in values[name])
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """Return JSON-ready values."""
         out = asdict(self)
         out["pairs"] = [list(p) for p in self.pairs]
+        for name in SCOPE_FIELDS:
+            out[name] = list(out[name])
         return out
 
     def bootstrap(self) -> dict[str, Any]:

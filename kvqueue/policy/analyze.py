@@ -35,7 +35,7 @@ import csv
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,11 @@ def _fail(path: Path, problem: str) -> rawdata.RawDataError:
     return rawdata.RawDataError(path, problem)
 
 
-def read_policy_runs(raw_dir: Path | str) -> list[dict[str, Any]]:
-    """Every policy run under ``raw_dir``: ``{path, meta, rows, altered}``.
+def read_policy_runs(
+    raw_dir: Path | str, only: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every policy run under ``raw_dir``: ``{path, meta, rows, altered}``; with ``only``,
+    just the run folders ``"<host>/<run_id>"`` it names.
 
     ``rows`` is the checked ``policy.csv`` of a complete, unaltered run, else ``None``.
 
@@ -117,6 +120,8 @@ def read_policy_runs(raw_dir: Path | str) -> list[dict[str, Any]]:
         return []
     out = []
     for run_dir in rawdata.run_dirs(root):
+        if only is not None and f"{run_dir.parent.name}/{run_dir.name}" not in only:
+            continue
         path = run_dir / schema.RUN_JSON
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
@@ -448,15 +453,17 @@ def analyze(
     raw_dir: Path | str,
     settings: ReportSettings | None = None,
     git_states: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
 ) -> pd.DataFrame:
     """The processed ``policy`` table: every included policy run, long format
     (columns :data:`TABLE_COLUMNS`); ``headline`` marks the newest run per host ×
     interpreter × variant. ``git_states`` (``kvqueue.report.processed.git_states``): a run
-    folder that differs from its commit is left out (:func:`with_git_state`)."""
+    folder that differs from its commit is left out (:func:`with_git_state`); ``only``:
+    read just these run folders (``"<host>/<run_id>"``; the report's scope)."""
     settings = settings or ReportSettings()
     rows = []
     newest: dict[tuple[str, str, str], str] = {}
-    for run in with_git_state(read_policy_runs(raw_dir), git_states):
+    for run in with_git_state(read_policy_runs(raw_dir, only), git_states):
         if run["rows"] is None:
             continue
         meta = run["meta"]

@@ -11,18 +11,23 @@ Steps (``docs/design.md`` §7):
 4. write one writeup per question, ``reports/writeups/<question>.md``
    (:func:`kvqueue.report.writeup.write_writeups`), and print their paths, newest first.
 
-A malformed raw file stops everything with one line naming the file (exit status 2); a
-failing notebook names the executed notebook to look at (exit status 1).
+Every run folder is accounted for: each one left out (unreadable, altered, interrupted,
+failed) is printed as one line with its reason (the ``ledger`` table) and the rest still
+renders. Only a raw folder without any usable run (exit status 2, each left-out run
+named), a missing raw folder or a copied run (one line naming the files, exit status 2)
+stop the report; a failing notebook names the executed notebook to look at (exit
+status 1). Each stage prints its time.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvqueue.analysis import rawdata
+from kvqueue.analysis import ledger, rawdata
 from kvqueue.kernel import quiet_kernel_manager_class
 from kvqueue.params.report import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
@@ -174,21 +179,32 @@ def report(
     raw_dir, processed_dir, out = (
         resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
     )
+    started = time.perf_counter()
+
+    def stage(name: str, since: float) -> float:
+        now = time.perf_counter()
+        print(f"report: {name} ({now - since:.1f} s)", flush=True)
+        return now
+
     try:
-        data = processed.build(raw_dir, processed_dir, settings)
+        data = processed.build(
+            raw_dir, processed_dir, settings, progress=lambda line: print(line, flush=True)
+        )
     except rawdata.RawDataError as exc:
         print(f"kvqueue report: {exc}", file=sys.stderr)
         return 2
-    if not data.runs["included"].fillna(False).any():
-        left = ", ".join(
-            f"{h}/{r}" for h, r in zip(data.runs["host"], data.runs["run_id"], strict=True)
-        )
+    left = ledger.left_out_lines(data.ledger)
+    for line in left:
+        print(f"report: {line}", flush=True)
+    scope = _scope_text(settings)
+    if not (data.ledger["use"] != ledger.LEFT_OUT).any():
         print(
-            f"kvqueue report: {raw_dir}: no complete run"
-            + (f" (left out: {left})" if left else ""),
+            f"kvqueue report: {raw_dir}{scope}: no usable run"
+            + (f" ({len(left)} left out, named above)" if left else " (no run folder found)"),
             file=sys.stderr,
         )
         return 2
+    now = stage(f"processed tables of {len(data.ledger)} run folders{scope}", started)
 
     out.mkdir(parents=True, exist_ok=True)
     figures_dir = out / "figures"
@@ -212,9 +228,24 @@ def report(
             file=sys.stderr,
         )
         return 1
+    now = stage("notebook executed", now)
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
+    now = stage("HTML rendered", now)
+    paths = writeup.write_writeups(data, out, cases)  # newest question first
+    stage("writeups written", now)
     print(f"report: {html_path}")
-    for md_path in writeup.write_writeups(data, out, cases):
-        print(f"writeup: {md_path}")
+    for path in paths:
+        print(f"writeup: {path}")
+    print(f"report: done in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _scope_text(settings: ReportSettings) -> str:
+    """`` (hosts a b; runs x)`` for a scoped report, else empty."""
+    parts = [
+        f"{name} {' '.join(values)}"
+        for name, values in (("hosts", settings.hosts), ("runs", settings.runs))
+        if values
+    ]
+    return f" ({'; '.join(parts)})" if parts else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kvqueue import schema
 from kvqueue.analysis import ab
 from kvqueue.formatting import is_na
 from kvqueue.report import processed
@@ -134,7 +135,7 @@ def runs_table(data: processed.Processed) -> pd.DataFrame:
         for c in runs.columns
         if c not in _RUNS_HEADERS
         and c not in _RUNS_SHOWN_ELSEWHERE
-        and not runs[c].map(is_na).all()
+        and not all(is_na(v) for v in runs[c])
     ]
     rows = []
     for r in runs.to_dict("records"):
@@ -147,6 +148,7 @@ def runs_table(data: processed.Processed) -> pd.DataFrame:
             commit += " (dirty)"
         row = {header: _cell_text(r[col]) for col, header in _RUNS_HEADERS.items()}
         row |= {
+            "Kind": "bench",
             "Processes (main + confirm)": done,
             "Samples": _int(r["n_samples"]),
             "Commit": commit,
@@ -154,9 +156,33 @@ def runs_table(data: processed.Processed) -> pd.DataFrame:
         row |= {_header(c): _cell_text(r[c]) for c in extra}
         row["Use"] = _cell_text(r["note"])
         rows.append(row)
-    out = pd.DataFrame(rows)
+    # Every other run folder found (history, policy, unreadable): the ledger's rows.
+    bench = set(zip(runs["host"], runs["run_id"], strict=True))
+    for r in _ledger(data).to_dict("records"):
+        if (r["host"], r["run_id"]) in bench:
+            continue
+        row = {
+            "Host": r["host"],
+            "Python": _cell_text(r["interpreter"]),
+            "Run": r["run_id"],
+            "Status": _cell_text(r["status"]),
+            "Started": _cell_text(r["started_at"]),
+            "Kind": r["kind"],
+        }
+        row["Use"] = f"{r['use']}: {r['reason']}"
+        rows.append(row)
+    out = pd.DataFrame(rows).fillna("–") if rows else pd.DataFrame()
+    if len(out):
+        out = out.sort_values(["Host", "Run"], kind="stable").reset_index(drop=True)
     out.attrs["wrap"] = [_header(c) for c in extra]
     return out
+
+
+def _ledger(data: processed.Processed) -> pd.DataFrame:
+    """The ``ledger`` table (empty with its columns when an older build lacks it)."""
+    if len(data.ledger.columns):
+        return data.ledger
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in schema.PROCESSED_TABLES["ledger"]})
 
 
 def environment_table(data: processed.Processed) -> pd.DataFrame:
@@ -296,7 +322,19 @@ def runs_note(data: processed.Processed) -> str:
     r = data.runs
     heads = r[r["headline"].fillna(False)]
     others = r[r["included"].fillna(False) & ~r["headline"].fillna(False)]
+    bench = set(zip(r["host"], r["run_id"], strict=True))
+    ledger_rows = _ledger(data)
     left = r[~r["included"].fillna(False)]
+    others_left = [
+        x
+        for x in ledger_rows.itertuples()
+        if x.use == "left out" and (x.host, x.run_id) not in bench
+    ]
+    shown = [
+        x
+        for x in ledger_rows.itertuples()
+        if x.use != "left out" and (x.host, x.run_id) not in bench
+    ]
     parts = [
         "The headline tables use the newest full-protocol run per host × interpreter: "
         + (", ".join(f"{x.host}/{x.run_id}" for x in heads.itertuples()) or "none")
@@ -308,13 +346,16 @@ def runs_note(data: processed.Processed) -> str:
             + ", ".join(f"{x.host}/{x.run_id} ({x.note})" for x in others.itertuples())
             + "."
         )
-    if len(left):
+    if shown:
         parts.append(
-            "Left out: "
-            + ", ".join(
-                f"{x.host}/{x.run_id} ({str(x.note).removeprefix('left out: ')})"
-                for x in left.itertuples()
-            )
+            "History and policy runs: "
+            + ", ".join(f"{x.host}/{x.run_id} ({x.kind}, {x.use})" for x in shown)
             + "."
         )
+    named = [
+        f"{x.host}/{x.run_id} ({str(x.note).removeprefix('left out: ')})" for x in left.itertuples()
+    ]
+    named += [f"{x.host}/{x.run_id} ({x.kind}: {x.reason})" for x in others_left]
+    if named:
+        parts.append("Left out: " + ", ".join(named) + ".")
     return " ".join(parts)

@@ -1,0 +1,117 @@
+"""The ``ledger`` table: every run folder found, whatever its kind, with its use.
+
+One row per run folder under the raw directory (bench, history, policy, or unreadable):
+``use`` is ``headline`` (a headline table shows it), ``shown`` (in the processed tables,
+not a headline) or ``left out``; ``reason`` says why (status, altered and how, unreadable
+and why, or the note of a shown run). ``make report`` prints a line per left-out run and
+the report lists every row, so no run vanishes silently.
+
+Pure computation from the tables the analysis already made; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from kvqueue import schema
+from kvqueue.analysis import rawdata
+
+HEADLINE, SHOWN, LEFT_OUT = "headline", "shown", "left out"
+#: ``kind`` of a folder whose ``run.json`` could not be read.
+UNREADABLE = "unreadable"
+COLUMNS = schema.PROCESSED_TABLES["ledger"]
+
+
+def _left_reason(run: rawdata.Run) -> str | None:
+    if not run.complete:
+        return f"status {run.status} (the run did not finish)"
+    if run.altered is not None:
+        return f"altered: {run.altered}"
+    return None
+
+
+def ledger(
+    raw: rawdata.RawData,
+    runs: pd.DataFrame,
+    history: pd.DataFrame,
+    policy: pd.DataFrame,
+    policy_problems: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row per run folder found (see the module docstring).
+
+    Parameters
+    ----------
+    raw
+        Every run read (git state applied: :func:`kvqueue.analysis.ab.with_git_state`),
+        with its unreadable folders.
+    runs
+        The processed ``runs`` table (bench runs: ``headline``, ``note``).
+    history, policy
+        The processed ``history`` and ``policy`` tables (their ``headline`` column).
+    policy_problems
+        ``{"<host>/<run_id>": why}`` for policy runs whose ``policy.csv`` the policy
+        reader left out or could not read.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns of :data:`kvqueue.schema.PROCESSED_TABLES` ``["ledger"]``, sorted by host
+        and run id.
+    """
+    problems = dict(policy_problems or {})
+    notes = {(r.host, r.run_id): (bool(r.headline), str(r.note)) for r in runs.itertuples()}
+    heads: dict[str, set[tuple[str, str]]] = {}
+    for kind, table in ((schema.KIND_HISTORY, history), (schema.KIND_POLICY, policy)):
+        if len(table):
+            shown = table[table["headline"].fillna(False).astype(bool)]
+            heads[kind] = set(zip(shown["host"], shown["run_id"], strict=True))
+    rows = []
+    for run in raw.runs:
+        reason = _left_reason(run)
+        key = (run.host, run.run_id)
+        if reason is None and run.kind == schema.KIND_POLICY:
+            reason = problems.get(f"{run.host}/{run.run_id}")
+        if reason is not None:
+            use = LEFT_OUT
+        elif run.kind == schema.KIND_BENCH:
+            headline, note = notes.get(key, (False, ""))
+            use, reason = (HEADLINE if headline else SHOWN), note
+        else:
+            headline = key in heads.get(run.kind, set())
+            use = HEADLINE if headline else SHOWN
+            reason = f"newest {run.kind} run" if headline else f"older {run.kind} run"
+        rows.append(
+            {
+                "host": run.host,
+                "run_id": run.run_id,
+                "kind": run.kind,
+                "interpreter": run.interpreter,
+                "status": run.status,
+                "started_at": run.meta.get("started_at"),
+                "use": use,
+                "reason": reason,
+            }
+        )
+    for bad in raw.unreadable:
+        rows.append(
+            {
+                "host": bad.host,
+                "run_id": bad.run_id,
+                "kind": UNREADABLE,
+                "use": LEFT_OUT,
+                "reason": bad.problem,
+            }
+        )
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df = df.astype({c: t for c, t in COLUMNS.items()})
+    return df.sort_values(["host", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def left_out_lines(table: pd.DataFrame) -> list[str]:
+    """One line per left-out row of a ledger: ``host/run_id (kind): reason``."""
+    left = table[table["use"] == LEFT_OUT]
+    return [
+        f"left out {r.host}/{r.run_id} ({r.kind}): {r.reason}" for r in left.itertuples(index=False)
+    ]
