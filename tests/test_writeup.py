@@ -271,50 +271,80 @@ def test_cache_path_rule_is_defined_once() -> None:
 
 
 def _policy_table(hosts: int) -> pd.DataFrame:
+    """A processed ``policy`` table of the steady-state protocol (both regimes, the age
+    curve and the steady state) plus one run of the older protocol, per host."""
+    from kvqueue import schema
+    from kvqueue.policy import analyze as policy_analyze
+
     rows = []
-    metrics = (
-        "runs_per_big_alloc",
+    steady_metrics = (
+        "desc_reduction",
+        "desc_per_read",
+        "desc_p50",
+        "desc_p90",
         "runs_reduction",
-        "share_in_runs",
-        "ns_per_alloc",
-        "ns_per_big_alloc",
-        "big_ns_ratio",
-        "ns_per_big_block",
-        "big_block_ns_ratio",
-        "passed_over",
-        "rank_excess",
+        "ns_added",
+        "ns_saved",
+        "net_ns",
         "hit_share",
+        "settled",
+    )
+    ages = [("steady", 200.0, 400.0)] + [(f"{a}–{a + 50}", a, a + 50) for a in range(0, 400, 50)]
+    policies = (
+        ("lru", ""),
+        ("contig-w1", "1"),
+        ("contig-w2", "2"),
+        ("contig-w4", "4"),
+        ("contig-w8", "8"),
     )
     for h in range(hosts):
         for p in range(4):
-            for policy, window in (
-                ("lru", ""),
-                ("contig-w1", "1"),
-                ("contig-w2", "2"),
-                ("contig-w4", "4"),
-                ("contig-w8", "8"),
-                ("contig-inf", "inf"),
-            ):
-                for m in metrics:
-                    rows.append(
-                        dict(
-                            host=f"synth-host-{h + 1}",
-                            interpreter=f"CPython 3.1{p}.0",
-                            run_id=f"20261201T1{h}{p}000Z-cp31{p}-p{h}",
-                            variant="kvqueue",
-                            headline=True,
-                            policy=policy,
-                            window=window,
-                            threshold=16,
-                            n_processes=11,
-                            metric=m,
-                            estimate=1.5,
-                            ci_low=1.4,
-                            ci_high=1.6,
-                            ci_method="t",
-                        )
+            base = dict(
+                host=f"synth-host-{h + 1}",
+                interpreter=f"CPython 3.1{p}.0",
+                variant="kvqueue",
+                headline=True,
+                threshold=16,
+                n_processes=11,
+                estimate=1.5,
+                ci_low=1.4,
+                ci_high=1.6,
+                ci_method="t",
+            )
+            for regime in ("chat", "agentic"):
+                for age, lo, hi in ages:
+                    for policy, window in policies:
+                        for m in steady_metrics:
+                            rows.append(
+                                dict(
+                                    base,
+                                    run_id=f"20261201T1{h}{p}000Z-policy-cp31{p}-{regime}",
+                                    protocol=schema.POLICY_PROTOCOL,
+                                    regime=regime,
+                                    age=age,
+                                    age_from=lo,
+                                    age_to=hi,
+                                    policy=policy,
+                                    window=window,
+                                    metric=m,
+                                )
+                            )
+            for policy, window in policies:
+                rows.append(
+                    dict(
+                        base,
+                        run_id=f"20261130T1{h}{p}000Z-cp31{p}-old",
+                        protocol=policy_analyze.OLDER_PROTOCOL,
+                        regime="",
+                        age="",
+                        age_from=float("nan"),
+                        age_to=float("nan"),
+                        policy=policy,
+                        window=window,
+                        metric="runs_reduction",
                     )
-    return pd.DataFrame(rows)
+                )
+    return pd.DataFrame(rows, columns=list(schema.PROCESSED_TABLES["policy"]))
 
 
 @pytest.mark.parametrize("hosts", [1, 4])
