@@ -114,7 +114,9 @@ KIND_BENCH = "bench"
 KIND_HISTORY = "history"
 #: Allocation-policy run (``make policy``): its own files and report section.
 KIND_POLICY = "policy"
-RUN_KINDS = (KIND_BENCH, KIND_HISTORY, KIND_POLICY)
+#: A run of instruction counts (``METRIC=instructions``): ``counts.csv`` beside run.json.
+KIND_COUNTS = "counts"
+RUN_KINDS = (KIND_BENCH, KIND_HISTORY, KIND_POLICY, KIND_COUNTS)
 #: Kinds whose folders hold a bench-format ``samples.csv`` and the bench run.json keys.
 BENCH_FORMAT_KINDS = (KIND_BENCH, KIND_HISTORY)
 #: The run.json keys every kind has (the rest of :data:`RUN_KEYS` are bench-format only).
@@ -201,6 +203,7 @@ RUN_LAYOUT: dict[str, tuple[str | None, str]] = {
     KIND_BENCH: (None, "process_info"),
     KIND_HISTORY: ("extra", "process_info"),
     KIND_POLICY: ("first", "parameters"),
+    KIND_COUNTS: ("first", "parameters"),
 }
 
 
@@ -620,3 +623,19 @@ POLICY_COLUMNS = ("process", *POLICY_ROW_KEYS)
 #: ``run.json`` key of a history run's record (kind :data:`KIND_HISTORY`): its versions,
 #: newest first, and whether the releases were given.
 HISTORY_KEY = "history"
+
+
+# ------------------------------------------------------------------ counts runs
+
+#: A counts run's rows: one per cachegrind run (``kvqueue.bench.counts``).
+COUNTS_CSV = "counts.csv"
+#: cachegrind's events; only ``Ir`` without the cache simulation (the others empty).
+COUNT_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
+#: ``counts.csv`` header. ``run`` is ``zero`` / ``zero2`` (the cell's layout and warm-up,
+#: twice: the count's own resolution) or ``target`` (the same plus ``loops`` loops of
+#: ``label``); ``per_loop`` is :func:`kvqueue.subject.cases.ops_per_loop`.
+COUNT_COLUMNS = ("case", "pool", "label", "run", "loops", "per_loop", *COUNT_EVENTS)
+#: run.json key of a counts run's method: valgrind version and options, operations, seed.
+COUNTING_KEY = "counting"
+#: run.json key saying which question a counts run answers: ``ab`` or ``history``.
+QUESTION_KEY = "question"

@@ -7,12 +7,11 @@ behaviour are not instructions), so the report shows both.
 
 How a count is made (docs/design.md §13):
 
-- per (case, pool), one process builds the timing worker's layout for every variant
-  and warms every variant up by ``warmup_ops`` operations
-  (:mod:`kvqueue.bench.count_worker`); that is the *zero* run, made twice to show the
-  count is deterministic;
-- per variant, the same process runs the variant's cell for ``loops`` more loops: the
-  *target* run;
+- per (case, pool) and variant, one process builds the timing worker's layout for that
+  variant alone and warms it up by ``warmup_ops`` operations
+  (:mod:`kvqueue.bench.count_worker`); that is the *zero* run (the first one is made
+  twice, to show that the count is deterministic);
+- the same process, plus ``loops`` loops of the cell: the *target* run;
 - instructions per operation = (target − zero) / (loops × ops per loop). Interpreter
   start, imports, layout and warm-up are identical in both and cancel.
 
@@ -46,12 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from kvqueue import child, hostinfo
+from kvqueue import child, hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.subject import cases as case_mod
 
-#: cachegrind's events with the cache simulation on (Ir alone without it).
-EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
 #: Operations each cell is warmed up by before anything is counted: CPython 3.11+
 #: specializes a function's bytecode after a few executions; 2,000 operations cover it.
 WARMUP_OPS = 2_000
@@ -131,15 +128,47 @@ class Job:
 
 
 def plan(labels: Sequence[str], cases: Sequence[str], pools: Sequence[int]) -> list[Job]:
-    """Every run of a count: per (case, pool) two zero runs and one target per label."""
+    """Every run of a count: per (case, pool) and label a zero run and a target run; the
+    first zero run is made twice (``zero2``), to show the count's resolution.
+
+    Each variant is counted alone (its pair of processes loads only it): a history of 17
+    versions on 100,000-block pools would otherwise build 17 pools in every process.
+    """
     jobs: list[Job] = []
     for case in cases:
         for pool in pools:
-            jobs.append(Job(case, pool, "zero"))
-            jobs.append(Job(case, pool, "zero2"))
             loops = target_loops(case, pool)
-            jobs += [Job(case, pool, "target", label, loops) for label in labels]
+            for label in labels:
+                jobs.append(Job(case, pool, "zero", label))
+                if len(jobs) == 1:
+                    jobs.append(Job(case, pool, "zero2", label))
+                jobs.append(Job(case, pool, "target", label, loops))
     return jobs
+
+
+def job_spec(base: dict[str, Any], job: Job) -> dict[str, Any]:
+    """The count worker's spec of one job: the job's variant alone, on its cell.
+
+    The block class stays the run's: the baseline's (or ``block_source``) when shared,
+    the variant's own release's in block mode ``own``.
+    """
+    i = list(base["labels"]).index(job.label)
+    shared = base.get("block_mode", "shared") == "shared"
+    label = job.label
+    return {
+        **base,
+        "sources": [base["sources"][i]],
+        "labels": [label],
+        "block_source": base.get("block_source") or (base["sources"][0] if shared else None),
+        "expected_sha256": {k: v for k, v in base["expected_sha256"].items() if k == label},
+        "expected_block_sha256": {
+            k: v for k, v in (base.get("expected_block_sha256") or {}).items() if k == label
+        },
+        "cases": [job.case],
+        "pools": [job.pool],
+        "warmup_ops": WARMUP_OPS,
+        "target": [label, job.case, job.pool, job.loops] if job.run == "target" else None,
+    }
 
 
 def parse_cachegrind(text: str) -> dict[str, int]:
@@ -200,7 +229,7 @@ def count(
     valgrind: Valgrind,
     jobs: int | None = None,
     progress: TextIO | None = None,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
+    on_row: Callable[[dict[str, Any], float], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every count of ``base_spec`` (a worker spec) under cachegrind.
 
@@ -219,7 +248,8 @@ def count(
     progress
         Where a line per finished run goes (default: stderr).
     on_row
-        Called with each row as it is finished (the run folder appends it at once).
+        Called with each row and its seconds as it is finished (the run folder appends
+        it at once).
 
     Returns
     -------
@@ -244,15 +274,7 @@ def count(
             while pending or running:
                 while pending and len(running) < width:
                     i, job = pending.pop(0)
-                    spec = {
-                        **base_spec,
-                        "cases": [job.case],
-                        "pools": [job.pool],
-                        "warmup_ops": WARMUP_OPS,
-                        "target": None
-                        if job.run != "target"
-                        else [job.label, job.case, job.pool, job.loops],
-                    }
+                    spec = job_spec(base_spec, job)
                     path = Path(tmp) / f"cg.{i}"
                     running.append(
                         (job, _start(valgrind, binary, spec, path), path, time.monotonic())
@@ -283,11 +305,11 @@ def count(
                         "run": job.run,
                         "loops": job.loops,
                         "per_loop": case_mod.ops_per_loop(job.case, job.pool),
-                        **{e: totals.get(e, "") for e in EVENTS},
+                        **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
                     }
                     rows.append(row)
                     if on_row is not None:
-                        on_row(row)
+                        on_row(row, round(time.monotonic() - t0, 3))
                     print(
                         f"count {len(rows)}/{len(todo)}: {job.run} {job.label} "
                         f"{job.case}/{job.pool}: {totals['Ir']:,} instructions "
