@@ -587,6 +587,46 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_high": _F,
         "significant": _B,  # the interval excludes 0
     },
+    # Counts runs (kind "counts"; kvqueue.analysis.counts): per run, cell and variant.
+    "counts": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "question": _S,  # "ab" or "history"
+        "case": _S,
+        "pool": _I,
+        "label": _S,
+        "instructions": _F,  # per operation
+        "spread": _F,  # |zero2 - zero| per operation: the count's resolution (nan: not made)
+        "l1_misses": _F,  # per operation, with CACHE_SIM (else nan)
+        "ll_misses": _F,
+        "est_cycles": _F,
+    },
+    # Instruction reduction of each A/B pair, newest A/B counts run per host x interpreter.
+    "count_pairs": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "case": _S,
+        "pool": _I,
+        "candidate": _S,
+        "baseline": _S,
+        "candidate_instructions": _F,
+        "baseline_instructions": _F,
+        "instr_reduction": _F,  # 1 - candidate/baseline
+        "cycles_reduction": _F,  # the same of estimated cycles (nan without CACHE_SIM)
+    },
+    # A history counts run's steps: each version against its predecessor.
+    "count_steps": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "case": _S,
+        "pool": _I,
+        "from_version": _S,
+        "to_version": _S,
+        "instr_change": _F,  # newer/older - 1 (+ = more instructions), as history_steps
+    },
 }
 
 

@@ -302,3 +302,52 @@ def history_steps(frame: pd.DataFrame, versions: Mapping[str, Sequence[str]]) ->
         if not sub.empty and pairs:
             rows.append(pair_reductions(sub, pairs))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def analyze(
+    raw_dir: Path | str, pairs: Sequence[tuple[str, str]]
+) -> tuple[dict[str, pd.DataFrame], list[tuple[Path, str]]]:
+    """The processed ``counts``, ``count_pairs`` and ``count_steps`` tables of every
+    counts run under ``raw_dir``, and the runs left out with their reasons.
+
+    ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
+    run also compares every variant with its baseline.
+    """
+    runs, left = read_count_runs(raw_dir)
+    frame = counts_frame(runs)
+    ab = newest_ab(frame)
+    wanted = list(pairs)
+    for run in runs:
+        if run.meta.get(schema.QUESTION_KEY, "ab") == "ab":
+            labels = [v["label"] for v in run.meta["variants"]]
+            wanted += [(c, labels[0]) for c in labels[1:] if (c, labels[0]) not in wanted]
+    pair_rows = pair_reductions(ab, wanted)
+    versions = {
+        run.meta["run_id"]: [
+            v["label"] for v in reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"])
+        ]
+        for run in runs
+        if run.meta.get(schema.QUESTION_KEY) == "history"
+    }
+    steps = history_steps(frame, versions)
+    if not steps.empty:
+        steps = steps.assign(
+            from_version=steps["baseline"],
+            to_version=steps["candidate"],
+            instr_change=-steps["instr_reduction"],
+        )
+    tables = {
+        "counts": frame,
+        "count_pairs": pair_rows,
+        "count_steps": steps,
+    }
+    out = {}
+    for name, df in tables.items():
+        spec = schema.PROCESSED_TABLES[name]
+        cols = list(spec)
+        df = df.reindex(columns=cols) if not df.empty else pd.DataFrame(columns=cols)
+        out[name] = df.sort_values(
+            [c for c in ("host", "interpreter", "run_id", "case", "pool") if c in cols],
+            kind="stable",
+        ).reset_index(drop=True)
+    return out, left
