@@ -671,9 +671,10 @@ HISTORY_KEY = "history"
 COUNTS_CSV = "counts.csv"
 #: cachegrind's events; only ``Ir`` without the cache simulation (the others empty).
 COUNT_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
-#: ``counts.csv`` header. ``run`` is ``zero`` / ``zero2`` (the cell's layout and warm-up,
-#: twice: the count's own resolution) or ``target`` (the same plus ``loops`` loops of
-#: ``label``); ``per_loop`` is :func:`kvqueue.subject.cases.ops_per_loop`.
+#: ``counts.csv`` header. ``run`` is ``zero`` / ``zero2`` (the variant's layout and
+#: warm-up, ``case`` ``*`` for every case; twice: the count's own resolution) or
+#: ``target`` (the same plus ``loops`` loops of ``case``); ``per_loop`` is
+#: :func:`kvqueue.subject.cases.ops_per_loop` (0 for a zero run).
 COUNT_COLUMNS = ("case", "pool", "label", "run", "loops", "per_loop", *COUNT_EVENTS)
 #: run.json key of a counts run's method: valgrind version and options, operations, seed.
 COUNTING_KEY = "counting"

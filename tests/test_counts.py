@@ -67,10 +67,22 @@ def test_a_target_without_its_zero_run_is_refused() -> None:
         count_math.per_op([_row("target", "a", loops=10, ir=5)])
 
 
+def test_a_zero_run_of_every_case_serves_each_case_of_its_variant() -> None:
+    rows = [
+        _row("zero", "a", ir=100),
+        _row("target", "a", loops=10, ir=100 + 10 * 7),
+    ]
+    rows[0]["case"] = counts.ALL_CASES
+    (c,) = count_math.per_op(rows)
+    assert c.instructions == 7 and c.case == "alloc1"
+
+
 def test_the_plan_counts_every_label_once_per_cell_and_the_zero_run_twice_once() -> None:
     jobs = counts.plan(["a", "b"], ["alloc1", "mix"], [2048, 100_000])
     assert [j.run for j in jobs].count("zero2") == 1
-    assert [j.run for j in jobs].count("zero") == 8
+    # One zero run per variant and pool, every case warmed in it.
+    assert [j.run for j in jobs].count("zero") == 4
+    assert {j.case for j in jobs if j.run == "zero"} == {counts.ALL_CASES}
     targets = [(j.label, j.case, j.pool) for j in jobs if j.run == "target"]
     assert len(targets) == len(set(targets)) == 8
     mix = next(j for j in jobs if j.case == "mix" and j.run == "target" and j.label == "b")
@@ -82,12 +94,14 @@ def test_the_plan_counts_every_label_once_per_cell_and_the_zero_run_twice_once()
             "block_source": None,
             "block_mode": "shared",
             "expected_sha256": {"a": "1", "b": "2"},
+            "cases": ["alloc1", "mix"],
         },
         mix,
     )
     # The variant alone, on the baseline's block class, with the gate's digest.
     assert spec["sources"] == ["y"] and spec["labels"] == ["b"]
     assert spec["block_source"] == "x" and spec["expected_sha256"] == {"b": "2"}
+    assert spec["target"] == ["b", "mix", 2048, mix.loops]
 
 
 def test_metric_and_cache_simulation_are_checked_in_one_line() -> None:

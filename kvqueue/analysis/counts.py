@@ -1,8 +1,9 @@
 """Counted runs (``counts.csv``) to figures per operation: instructions, misses, cycles.
 
 A counts.csv holds raw cachegrind totals, one row per counted process (see
-:mod:`kvqueue.bench.counts`): per (case, pool) and variant a ``zero`` and a ``target``
-run (and one ``zero2``, the first zero run again). Per operation:
+:mod:`kvqueue.bench.counts`): per pool and variant a ``zero`` run (``case`` ``*``: every
+case warmed; runs of the first layout had one zero run per case) and one ``target`` run
+per case, and one ``zero2`` (the first zero run again). Per operation:
 
 - instructions = (target Ir − zero Ir) / (loops × ops per loop);
 - the *spread* = |zero2 Ir − zero Ir| / (loops × ops per loop): how far two identical
@@ -84,13 +85,15 @@ def per_op(rows: Iterable[Mapping[str, Any]]) -> list[CellCount]:
     out = []
     for row in targets:
         key = (str(row["case"]), int(row["pool"]), str(row["label"]))
-        zero = zeros.get(key, {}).get("zero")
+        # A zero run warmed one case (``case`` named) or every case (``*``).
+        found = zeros.get(key) or zeros.get(("*", key[1], key[2]), {})
+        zero = found.get("zero")
         if zero is None:
             raise ValueError(f"no zero run for {key[2]} {key[0]}/{key[1]}")
         ops = int(row["loops"]) * int(row["per_loop"])
         if ops <= 0:
             raise ValueError(f"target {row['label']} {key[0]}/{key[1]} has no loops")
-        zero2 = zeros[key].get("zero2")
+        zero2 = found.get("zero2")
         spread = (
             abs(int(zero2["Ir"]) - int(zero["Ir"])) / ops if zero2 is not None else float("nan")
         )
