@@ -15,7 +15,7 @@ STAMP        := $(VENV)/.installed
 # variables, verbatim: no value is ever evaluated by a shell.
 BENCH_VARS := HOST PYTHON VARIANTS PROCESSES PRECISION MAX_PROCESSES MAX_MINUTES \
               CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS POOLS CASES CONFIRM_CASES CPU GC \
-              SEED GATE_OPS QUICK AA BLOCK_SOURCE BLOCK_MODE
+              SEED GATE_OPS QUICK AA BLOCK_SOURCE BLOCK_MODE METRIC CACHE_SIM
 HOST     ?=
 PYTHON   ?= python3
 VARIANTS ?=
@@ -38,6 +38,8 @@ QUICK     ?=
 AA        ?=
 BLOCK_SOURCE ?=
 BLOCK_MODE ?=
+METRIC ?=
+CACHE_SIM ?=
 RAW_DIR   ?= data/raw
 # make history: the releases to time ('' = every release with the queue), and a source of
 # your own timed as the newest point after them ('' = none).
@@ -77,25 +79,34 @@ TRACE ?=
 TRACE_OUT ?=
 DESC_COST_NS ?=
 
+# `make check-queue`: our queue's instructions per operation against the committed
+# reference (kvqueue.params.check_queue.CheckQueueParams).
+CHECK_QUEUE_VARS := PYTHONS QUEUE UPDATE REFERENCE
+PYTHONS ?=
+QUEUE ?=
+UPDATE ?=
+REFERENCE ?=
+
 # The variables each target reads, exported to it alone as KVQUEUE_<NAME> (what
 # `python -m kvqueue TARGET --from-env` reads; tests/test_params.py checks that they agree).
 # validate gates what bench would (HOST is no part of it); quick writes nothing (no HOST,
 # RAW_DIR) and is never QUICK; history refuses VARIANTS, AA, BLOCK_SOURCE and QUICK.
-VAR_TARGETS   := validate bench quick history policy report
+VAR_TARGETS   := validate bench quick history policy report check-queue
 validate_VARS := $(filter-out HOST,$(BENCH_VARS))
 bench_VARS    := $(BENCH_VARS) RAW_DIR
 quick_VARS    := $(filter-out HOST QUICK,$(BENCH_VARS))
 history_VARS  := $(BENCH_VARS) RELEASES NEWEST RAW_DIR
 policy_VARS   := $(POLICY_VARS) RAW_DIR
 report_VARS   := HOSTS RUNS RAW_DIR
+check-queue_VARS := $(CHECK_QUEUE_VARS)
 $(foreach t,$(VAR_TARGETS),$(foreach v,$($(t)_VARS),$(eval $(t): export KVQUEUE_$(v) = $$(value $(v)))))
 # Make exports command-line variables to every recipe, expanding them on the way (a
 # HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) $(POLICY_VARS) RAW_DIR RELEASES NEWEST HOSTS RUNS
+unexport $(BENCH_VARS) $(POLICY_VARS) $(CHECK_QUEUE_VARS) RAW_DIR RELEASES NEWEST HOSTS RUNS
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test-fast lint format validate bench quick history policy report notebooks clean FORCE
+.PHONY: help setup test test-fast lint format validate bench quick history policy check-queue report notebooks clean FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
@@ -141,6 +152,9 @@ history: $(STAMP) ## every distinct queue version of vLLM's releases, paired, in
 
 policy: $(STAMP) ## allocation policies against engine age (REGIME=chat|agentic, or TRACE=file) into data/raw/HOST/<run-id>/ (HOST required; TRACE_OUT=file writes a trace)
 	@$(VPY) -m kvqueue policy --from-env
+
+check-queue: $(STAMP) ## our queue's instructions per op vs data/reference (fails > +1 %; UPDATE=1 records; needs valgrind)
+	@$(VPY) -m kvqueue check-queue --from-env
 
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks

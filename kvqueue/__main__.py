@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.params import bench as bench_params
+from kvqueue.params import check_queue as check_queue_params
 from kvqueue.params import history as history_params
 from kvqueue.params import policy as policy_params
 from kvqueue.params import report as report_params
@@ -49,7 +50,7 @@ _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:
 RAW_DIR = "RAW_DIR"
 _RAW_DIR_DEFAULT = "data/raw"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
-_MAKE_TARGETS = ("bench", "quick", "history", "policy")
+_MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -111,6 +112,7 @@ _READS: dict[str, _Reads] = {
     ),
     "policy": _Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
     "report": _Reads(tuple(report_params.report_fields()), extra=(RAW_DIR,)),
+    "check-queue": _Reads(tuple(check_queue_params.check_queue_fields())),
     "sync-notebooks": _Reads(),
 }
 
@@ -392,6 +394,12 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     raw_dir = _raw_dir(args)
     # The one place input is checked.
     checked = bench_checks.check(bench_params.from_text(_texts(args, "bench")))
+    if checked.params.metric == "instructions":
+        # Counts are deterministic and need no notebook of timing processes.
+        from kvqueue.bench import count_run
+
+        count_run.run_counts(checked, raw_dir, launcher_pid=os.getpid())
+        return
     run_id = schema.new_run_id(checked.python["tag"])
     if args.no_notebook:
         from kvqueue.bench import runner
@@ -425,6 +433,37 @@ def _cmd_quick(args: argparse.Namespace) -> None:
     from kvqueue.bench import quick
 
     quick.run_quick(quick.quick_params(given))
+
+
+# ------------------------------------------------------------------ check-queue
+
+
+def _add_check_queue(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check-queue",
+        help="our queue's instructions per operation against the committed reference",
+        description="Count the queue (default: this project's) under cachegrind on each "
+        "case at pool 2,048, per interpreter, and compare with the committed reference: "
+        "more than 1 % above it fails (exit 1). UPDATE records the reference instead. "
+        "Every option is also a Make variable of `make check-queue` (shown in brackets).",
+    )
+    _add_param_options(p, "check-queue")
+    _add_from_env(p, "check-queue", "the parameters from the environment")
+    p.set_defaults(func=_cmd_check_queue)
+
+
+@_one_line_errors("check-queue")
+def _cmd_check_queue(args: argparse.Namespace) -> int:
+    from kvqueue.bench import check_queue
+
+    p = check_queue_params.from_text(_texts(args, "check-queue"))
+    outcomes = check_queue.check(
+        p.pythons,
+        queue=p.queue,
+        reference=resolve_in_repo(p.reference),
+        update=p.update,
+    )
+    return check_queue.exit_status(outcomes)
 
 
 # ------------------------------------------------------------------ history
@@ -617,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quick(sub)
     _add_history(sub)
     _add_policy(sub)
+    _add_check_queue(sub)
     _add_report(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)

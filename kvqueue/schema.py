@@ -114,7 +114,9 @@ KIND_BENCH = "bench"
 KIND_HISTORY = "history"
 #: Allocation-policy run (``make policy``): its own files and report section.
 KIND_POLICY = "policy"
-RUN_KINDS = (KIND_BENCH, KIND_HISTORY, KIND_POLICY)
+#: A run of instruction counts (``METRIC=instructions``): ``counts.csv`` beside run.json.
+KIND_COUNTS = "counts"
+RUN_KINDS = (KIND_BENCH, KIND_HISTORY, KIND_POLICY, KIND_COUNTS)
 #: Kinds whose folders hold a bench-format ``samples.csv`` and the bench run.json keys.
 BENCH_FORMAT_KINDS = (KIND_BENCH, KIND_HISTORY)
 #: The run.json keys every kind has (the rest of :data:`RUN_KEYS` are bench-format only).
@@ -201,6 +203,7 @@ RUN_LAYOUT: dict[str, tuple[str | None, str]] = {
     KIND_BENCH: (None, "process_info"),
     KIND_HISTORY: ("extra", "process_info"),
     KIND_POLICY: ("first", "parameters"),
+    KIND_COUNTS: ("first", "parameters"),
 }
 
 
@@ -601,6 +604,46 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "use": _S,  # headline | shown | left out
         "reason": _S,
     },
+    # Counts runs (kind "counts"; kvqueue.analysis.counts): per run, cell and variant.
+    "counts": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "question": _S,  # "ab" or "history"
+        "case": _S,
+        "pool": _I,
+        "label": _S,
+        "instructions": _F,  # per operation
+        "spread": _F,  # |zero2 - zero| per operation: the count's resolution (nan: not made)
+        "l1_misses": _F,  # per operation, with CACHE_SIM (else nan)
+        "ll_misses": _F,
+        "est_cycles": _F,
+    },
+    # Instruction reduction of each A/B pair, newest A/B counts run per host x interpreter.
+    "count_pairs": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "case": _S,
+        "pool": _I,
+        "candidate": _S,
+        "baseline": _S,
+        "candidate_instructions": _F,
+        "baseline_instructions": _F,
+        "instr_reduction": _F,  # 1 - candidate/baseline
+        "cycles_reduction": _F,  # the same of estimated cycles (nan without CACHE_SIM)
+    },
+    # A history counts run's steps: each version against its predecessor.
+    "count_steps": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "case": _S,
+        "pool": _I,
+        "from_version": _S,
+        "to_version": _S,
+        "instr_change": _F,  # newer/older - 1 (+ = more instructions), as history_steps
+    },
 }
 
 
@@ -671,3 +714,20 @@ POLICY_AGE_COLUMNS = ("process", *POLICY_AGE_ROW_KEYS)
 #: ``run.json`` key of a history run's record (kind :data:`KIND_HISTORY`): its versions,
 #: newest first, and whether the releases were given.
 HISTORY_KEY = "history"
+
+
+# ------------------------------------------------------------------ counts runs
+
+#: A counts run's rows: one per cachegrind run (``kvqueue.bench.counts``).
+COUNTS_CSV = "counts.csv"
+#: cachegrind's events; only ``Ir`` without the cache simulation (the others empty).
+COUNT_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
+#: ``counts.csv`` header. ``run`` is ``zero`` / ``zero2`` (the variant's layout and
+#: warm-up, ``case`` ``*`` for every case; twice: the count's own resolution) or
+#: ``target`` (the same plus ``loops`` loops of ``case``); ``per_loop`` is
+#: :func:`kvqueue.subject.cases.ops_per_loop` (0 for a zero run).
+COUNT_COLUMNS = ("case", "pool", "label", "run", "loops", "per_loop", *COUNT_EVENTS)
+#: run.json key of a counts run's method: valgrind version and options, operations, seed.
+COUNTING_KEY = "counting"
+#: run.json key saying which question a counts run answers: ``ab`` or ``history``.
+QUESTION_KEY = "question"

@@ -17,8 +17,9 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import ab, stats
+from kvqueue.analysis import counts as count_math
 from kvqueue.bench import checks as bench_checks
-from kvqueue.bench import runner
+from kvqueue.bench import count_run, runner
 from kvqueue.formatting import fmt_interval, fmt_signed_pct
 from kvqueue.params import bench as bench_params
 from kvqueue.params.bench import BenchParams, Checked
@@ -50,8 +51,16 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
     checked = bench_checks.check(p)
     p = checked.params
     start = time.monotonic()
+    if p.metric == "instructions":
+        rows = count_run.count_rows(checked, sizes=schema.POOLS)
+        counted = count_math.per_op(rows)
+        pairs = [(label, p.labels[0]) for label in p.labels[1:]]
+        text = format_counts(count_math.table(counted, pairs), checked, time.monotonic() - start)
+        print(text, file=out)
+        return pd.DataFrame(count_math.table(counted, pairs))
     with runner.machine_lock("make quick"):
-        gate = runner.run_gate(p)
+        # The gate at the bench's pools too, not only the quick loop's 2,048 blocks.
+        gate = runner.run_gate(p, sizes=schema.POOLS)
         expected = {g["label"]: g["sha256"] for g in gate}
         plan = runner.process_plan(p)
         rows: list[list[Any]] = []
@@ -111,6 +120,32 @@ def format_table(table: pd.DataFrame, checked: Checked, seconds: float) -> str:
                 ci,
                 r.n_processes,
                 r.verdict,
+            )
+        )
+    return "\n".join(lines)
+
+
+def format_counts(rows: list[dict[str, Any]], checked: Checked, seconds: float) -> str:
+    """Instruction counts per operation as a fixed-width text table with a header line."""
+    p = checked.params
+    spread = max((r["spread"] for r in rows if r["spread"] == r["spread"]), default=float("nan"))
+    head = (
+        f"quick instruction counts on {checked.python.get('implementation', 'Python')} "
+        f"{checked.python.get('version', '?')}: baseline {p.labels[0]}, cachegrind, "
+        f"{seconds:.0f} s; two identical runs differ by {spread:.3f} instructions per "
+        "operation (time is what users feel: confirm with make bench)"
+    )
+    fmt = "{:<10} {:>8}  {:<28} {:>12} {:>12}  {:>9}"
+    lines = [head, fmt.format("case", "pool", "candidate", "instr/op", "baseline", "reduction")]
+    for r in rows:
+        lines.append(
+            fmt.format(
+                r["case"],
+                f"{r['pool']:,}",
+                str(r["candidate"])[:28],
+                f"{r['candidate_instructions']:,.1f}",
+                f"{r['baseline_instructions']:,.1f}",
+                f"{r['reduction_pct']:+.2f}%",
             )
         )
     return "\n".join(lines)

@@ -193,8 +193,14 @@ def machine_lock(what: str) -> Iterator[None]:
         fh.close()
 
 
-def run_gate(params: BenchParams, invalid: str = "refuse") -> list[dict[str, Any]]:
+def run_gate(
+    params: BenchParams, invalid: str = "refuse", sizes: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     """Run ``python -m kvqueue validate`` under the measured interpreter.
+
+    The model check runs at the pools the run measures, the smallest pool allowed, and
+    any further ``sizes`` (``make quick`` adds the bench's pools: a queue broken only
+    above 5,000 blocks passed a gate that stopped at 2,048).
 
     Returns
     -------
@@ -209,7 +215,7 @@ def run_gate(params: BenchParams, invalid: str = "refuse") -> list[dict[str, Any
     cmd = [params.python, "-m", "kvqueue", "validate", "--json", "--ops", str(params.gate_ops)]
     cmd += ["--seed", str(model.DEFAULT_SEED)]
     # The model check at the sizes this run times (and the smallest pool allowed).
-    cmd += ["--sizes", ",".join(map(str, sorted({MIN_POOL, *params.pools})))]
+    cmd += ["--sizes", ",".join(map(str, sorted({MIN_POOL, *params.pools, *sizes})))]
     if params.block_source:
         cmd += ["--block-source", params.block_source]
     if params.block_mode != "shared":

@@ -11,7 +11,7 @@ Inside the process:
    build the pools before any timing: one set of blocks per pool size, shared by all
    variants (see :class:`SharedPool`); in block mode ``own`` (each variant links its own
    release's block class) one pool per variant and size (:class:`OwnPools`);
-3. per (case, pool): calibrate the loop count once on the baseline so a sample lasts
+3. per (case, pool): calibrate the loop count once, on every variant (the median), so a sample lasts
    about ``sample_ms``; warm every variant up; then take ``samples`` rounds, each timing
    every variant once in a freshly shuffled (seeded, recorded) order.
 """
@@ -121,6 +121,23 @@ def calibrate(run: case_mod.Runner, sample_ns: int) -> int:
         if elapsed >= sample_ns // 8 or loops >= 1 << 30:
             return max(1, round(loops * sample_ns / max(elapsed, 1)))
         loops *= 2
+
+
+def calibrate_all(
+    pool: SharedPool | OwnPools,
+    runners: dict[str, case_mod.Runner],
+    labels: list[str],
+    rng: random.Random,
+    sample_ns: int,
+) -> int:
+    """The loop count of a cell: :func:`calibrate` on every label in a shuffled order, the
+    median (the lower one of an even count) taken, so that no label is run first and
+    longest in every process."""
+    found = sorted(
+        calibrate(partial(pool.timed, runners, label), sample_ns)
+        for label in rng.sample(labels, len(labels))
+    )
+    return found[(len(found) - 1) // 2]
 
 
 class SharedPool:
@@ -409,9 +426,9 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
                     per_loop = case_mod.ops_per_loop(case, pool)
                     key = f"{case}/{pool}"
                     if key not in loops_used:  # calibrated once, on the first layout
-                        loops_used[key] = calibrate(
-                            partial(shared.timed, runners, labels[0]), sample_ns
-                        )
+                        # On every label, in a shuffled order, and the median taken: a
+                        # calibration on the baseline alone ran it first and longest.
+                        loops_used[key] = calibrate_all(shared, runners, labels, rng, sample_ns)
                     loops = loops_used[key]
                     # Warm-up, not recorded: a full sample on the first layout; on a new
                     # layout an eighth of one re-specializes the new code objects.

@@ -29,6 +29,7 @@ Standard library only (runs in the bench route before the notebook would).
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.bench import checks as bench_checks
-from kvqueue.bench import runner
+from kvqueue.bench import count_run, runner
 from kvqueue.errors import BenchInputError
 from kvqueue.history import sizing as history_sizing
 from kvqueue.params.bench import BenchParams
@@ -319,6 +320,18 @@ def run_history(
         sources = (newest, *sources)
     bench = replace(bench, variants=sources)
     checked = bench_checks.check(bench)
+    if bench.metric == "instructions":
+        # Every distinct version counted once per case and pool: minutes, not the ~17 of
+        # a timed history, and exact.
+        return count_run.run_counts(
+            checked,
+            raw_dir,
+            run_id,
+            launcher_pid=os.getpid(),
+            question="history",
+            record={schema.HISTORY_KEY: found.record()},
+            invalid="record",
+        )
     kind = runner.RunKind(
         kind=schema.KIND_HISTORY,
         record={schema.HISTORY_KEY: record},

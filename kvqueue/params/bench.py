@@ -103,6 +103,17 @@ class BenchParams:
         "BLOCK_MODE",
         "KVCacheBlock class: shared (one for all variants) | own (each variant's release's)",
     )
+    metric: str = param(
+        "time",
+        "METRIC",
+        "what is measured: time (wall clock, paired processes) | instructions (cachegrind)",
+    )
+    cache_sim: bool = param(
+        False,
+        "CACHE_SIM",
+        "with METRIC instructions: simulate caches (L1/LL misses, estimated cycles; ~2x slower)",
+        "bool",
+    )
 
     @property
     def sources(self) -> list[str]:
@@ -121,7 +132,13 @@ class BenchParams:
 
 #: How a run recorded before a field existed behaved, as that field's value: a fixed
 #: PROCESSES with no precision target, and one layout per process.
-LEGACY_RECORD_VALUES: dict[str, Any] = {"precision": 0.0, "epochs": 1, "block_mode": "shared"}
+LEGACY_RECORD_VALUES: dict[str, Any] = {
+    "precision": 0.0,
+    "epochs": 1,
+    "block_mode": "shared",
+    "metric": "time",
+    "cache_sim": False,
+}
 #: Fields that a reproduce command writes from elsewhere (host label, executable, sources).
 _NOT_ASSIGNED = ("host", "python", "variants")
 
@@ -264,6 +281,21 @@ def check_values(p: BenchParams) -> None:
     check_counts(p)
     check_cases(p)
     check_variant_texts(p)
+    check_metric(p)
+
+
+#: What a run can measure: wall time of paired processes, or cachegrind's instructions.
+METRICS = ("time", "instructions")
+
+
+def check_metric(p: BenchParams) -> None:
+    """Refuse an unknown metric, and a cache simulation without instruction counts."""
+    if p.metric not in METRICS:
+        raise BenchInputError(f"metric must be one of {' | '.join(METRICS)}, got {p.metric!r}")
+    if p.cache_sim and p.metric != "instructions":
+        raise BenchInputError(
+            "cache_sim needs metric instructions (it simulates cachegrind's caches)"
+        )
 
 
 def check_counts(p: BenchParams) -> None:

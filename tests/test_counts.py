@@ -1,0 +1,261 @@
+"""Instruction counts (``METRIC=instructions``, ``make check-queue``): the arithmetic,
+the run folder, the one-line refusals, and — under valgrind — determinism and a
+regression check that fails on a deliberately slowed copy of our queue."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvqueue import schema
+from kvqueue.analysis import counts as count_math
+from kvqueue.bench import check_queue, count_run, counts
+from kvqueue.errors import BenchInputError
+from kvqueue.params import bench as bench_params
+
+REPO = Path(__file__).resolve().parent.parent
+needs_valgrind = pytest.mark.skipif(
+    shutil.which("valgrind") is None, reason="valgrind not installed (.ci/run installs it)"
+)
+
+
+def _row(run: str, label: str = "a", loops: int = 0, ir: int = 0, **events: int) -> dict:
+    row = {"case": "alloc1", "pool": 2048, "label": label, "run": run, "loops": loops}
+    row["per_loop"] = 1
+    return {**row, **{e: events.get(e, "") for e in schema.COUNT_EVENTS}, "Ir": ir}
+
+
+def test_cachegrind_summary_is_parsed() -> None:
+    text = "desc: x\ncmd: python\nevents: Ir I1mr ILmr\nfl=a\n1 2 3\nsummary: 1234 5 6\n"
+    assert counts.parse_cachegrind(text) == {"Ir": 1234, "I1mr": 5, "ILmr": 6}
+
+
+def test_a_crashed_process_without_summary_is_one_error() -> None:
+    with pytest.raises(counts.BenchError, match="no summary"):
+        counts.parse_cachegrind("events: Ir\n")
+
+
+def test_instructions_per_op_is_the_difference_over_the_loops() -> None:
+    rows = [
+        _row("zero", ir=1_000_000),
+        _row("zero2", ir=1_000_040),
+        _row("target", "a", loops=20_000, ir=1_000_000 + 20_000 * 3_300),
+    ]
+    (c,) = count_math.per_op(rows)
+    assert c.instructions == 3_300
+    assert c.spread == pytest.approx(40 / 20_000)
+    assert c.est_cycles is None
+
+
+def test_estimated_cycles_weigh_l1_ll_and_ram() -> None:
+    zero = {"Dr": 0, "Dw": 0, "I1mr": 0, "D1mr": 0, "D1mw": 0, "ILmr": 0, "DLmr": 0, "DLmw": 0}
+    # 100 refs (Ir 60 + Dr 30 + Dw 10), 10 L1 misses of which 2 miss LL too.
+    t = {"Dr": 30, "Dw": 10, "I1mr": 4, "D1mr": 4, "D1mw": 2, "ILmr": 1, "DLmr": 1, "DLmw": 0}
+    rows = [_row("zero", ir=0, **zero), _row("target", "a", loops=1, ir=60, **t)]
+    (c,) = count_math.per_op(rows)
+    assert c.l1_misses == 10 and c.ll_misses == 2
+    assert c.est_cycles == 90 * 1 + 8 * 5 + 2 * 35
+
+
+def test_a_target_without_its_zero_run_is_refused() -> None:
+    with pytest.raises(ValueError, match="no zero run"):
+        count_math.per_op([_row("target", "a", loops=10, ir=5)])
+
+
+def test_a_zero_run_of_every_case_serves_each_case_of_its_variant() -> None:
+    rows = [
+        _row("zero", "a", ir=100),
+        _row("target", "a", loops=10, ir=100 + 10 * 7),
+    ]
+    rows[0]["case"] = counts.ALL_CASES
+    (c,) = count_math.per_op(rows)
+    assert c.instructions == 7 and c.case == "alloc1"
+
+
+def test_the_plan_counts_every_label_once_per_cell_and_the_zero_run_twice_once() -> None:
+    jobs = counts.plan(["a", "b"], ["alloc1", "mix"], [2048, 100_000])
+    assert [j.run for j in jobs].count("zero2") == 1
+    # One zero run per variant and pool, every case warmed in it.
+    assert [j.run for j in jobs].count("zero") == 4
+    assert {j.case for j in jobs if j.run == "zero"} == {counts.ALL_CASES}
+    targets = [(j.label, j.case, j.pool) for j in jobs if j.run == "target"]
+    assert len(targets) == len(set(targets)) == 8
+    mix = next(j for j in jobs if j.case == "mix" and j.run == "target" and j.label == "b")
+    assert mix.loops * 100 >= counts.TARGET_OPS  # 100 operations per mix loop
+    spec = counts.job_spec(
+        {
+            "sources": ["x", "y"],
+            "labels": ["a", "b"],
+            "block_source": None,
+            "block_mode": "shared",
+            "expected_sha256": {"a": "1", "b": "2"},
+            "cases": ["alloc1", "mix"],
+        },
+        mix,
+    )
+    # The variant alone, on the baseline's block class, with the gate's digest.
+    assert spec["sources"] == ["y"] and spec["labels"] == ["b"]
+    assert spec["block_source"] == "x" and spec["expected_sha256"] == {"b": "2"}
+    assert spec["target"] == ["b", "mix", 2048, mix.loops]
+
+
+def test_metric_and_cache_simulation_are_checked_in_one_line() -> None:
+    with pytest.raises(BenchInputError, match=r"metric must be one of time \| instructions"):
+        bench_params.make_params(host="h", metric="cycles")
+    with pytest.raises(BenchInputError, match="cache_sim needs metric instructions"):
+        bench_params.make_params(host="h", cache_sim=True)
+    assert bench_params.make_params(host="h", metric="instructions", cache_sim=True).cache_sim
+
+
+def test_a_missing_valgrind_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(counts.shutil, "which", lambda name: None)
+    with pytest.raises(BenchInputError, match="apt-get install valgrind"):
+        counts.find_valgrind()
+
+
+def test_a_reference_of_another_format_is_refused(tmp_path: Path) -> None:
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"format": 99, "entries": {}}))
+    with pytest.raises(BenchInputError, match="not a format-1 reference"):
+        check_queue.load_reference(ref)
+
+
+def test_a_check_that_compared_nothing_fails() -> None:
+    skipped = check_queue.Outcome("python3", "k", "skipped", ("no reference",))
+    assert check_queue.exit_status([skipped]) == 1
+    ok = check_queue.Outcome("python3", "k", "ok", ())
+    assert check_queue.exit_status([skipped, ok]) == 0
+
+
+def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
+    rows = [
+        _row("zero", "a", ir=10),
+        _row("target", "a", loops=2, ir=30),
+        _row("zero", "b", ir=10),
+        _row("target", "b", loops=2, ir=20),
+    ]
+    run = tmp_path / "h" / "r"
+    run.mkdir(parents=True)
+    text = count_run.counts_text(rows)
+    (run / schema.COUNTS_CSV).write_text(text)
+    import hashlib
+
+    meta = {
+        "status": "complete",
+        schema.FILES_KEY: {
+            schema.COUNTS_CSV: {"sha256": hashlib.sha256(text.encode()).hexdigest()}
+        },
+    }
+    got = count_math.read_count_run(run, meta)
+    assert not isinstance(got, str)
+    assert [c.instructions for c in count_math.per_op(got.rows)] == [10.0, 5.0]
+    (run / schema.COUNTS_CSV).write_text(text.replace(",30,", ",31,"))
+    assert "edited after the run" in count_math.read_count_run(run, meta)
+
+
+# ------------------------------------------------------------------ under valgrind
+
+
+def _slowed_queue(tmp_path: Path) -> Path:
+    """Our queue with a few wasted bytecodes at the top of ``popleft_n`` (and our block
+    class in the same file, as a FILE source needs)."""
+    block = (REPO / "kvqueue" / "subject" / "block.py").read_text()
+    ours = (REPO / "kvqueue" / "subject" / "ours.py").read_text()
+    ours = ours.replace("from kvqueue.subject.block import KVCacheBlock\n", "")
+    anchor = (
+        '        """Pop the first ``n`` free blocks and reduce ``num_free_blocks`` by ``n``."""\n'
+    )
+    assert ours.count(anchor) >= 1
+    slowed = ours.replace(anchor, anchor + "        for _ in range(3):\n            pass\n", 1)
+    path = tmp_path / "slowed.py"
+    path.write_text(block + "\n\n" + slowed.split("from __future__ import annotations\n", 1)[1])
+    return path
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_the_check_fails_on_a_slowed_copy_of_our_queue(tmp_path: Path) -> None:
+    ref = tmp_path / "ref.json"
+    out = tmp_path / "out.txt"
+    with out.open("w") as stream:
+        rec = check_queue.check(
+            [sys.executable], reference=ref, update=True, cases=("alloc1",), out=stream
+        )
+        assert [o.status for o in rec] == ["recorded"]
+        same = check_queue.check([sys.executable], reference=ref, cases=("alloc1",), out=stream)
+        slow_src = f"{_slowed_queue(tmp_path)}::FreeKVCacheBlockQueue"
+        slow = check_queue.check(
+            [sys.executable], reference=ref, cases=("alloc1",), queue=slow_src, out=stream
+        )
+    assert check_queue.exit_status(same) == 0, out.read_text()
+    assert check_queue.exit_status(slow) == 1, out.read_text()
+    assert "SLOWER" in out.read_text()
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_two_counts_agree_to_a_hundredth_of_a_percent() -> None:
+    spec = {
+        "sources": ["kvqueue", "vllm==0.32.0"][:1],
+        "labels": ["kvqueue"],
+        "block_source": None,
+        "block_mode": "shared",
+        "expected_sha256": {},
+        "cases": ["alloc2"],
+        "pools": [2048],
+        "seed": 1,
+        "case_seed": 1,
+    }
+    valgrind = counts.find_valgrind()
+    with open("/dev/null", "w") as quiet:
+        a = count_math.per_op(counts.count(sys.executable, spec, valgrind=valgrind, progress=quiet))
+        b = count_math.per_op(counts.count(sys.executable, spec, valgrind=valgrind, progress=quiet))
+    assert abs(a[0].instructions / b[0].instructions - 1) < 1e-4
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_a_counts_run_is_a_sealed_run_folder(tmp_path: Path) -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("KVQUEUE_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvqueue",
+            "bench",
+            "--host",
+            "probe",
+            "--metric",
+            "instructions",
+            "--variants",
+            "kvqueue kvqueue:floor",
+            "--cases",
+            "alloc1",
+            "--pools",
+            "2048",
+            "--gate-ops",
+            "2000",
+            "--raw-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**env, "KVQUEUE_LOCK_FILE": str(tmp_path / "lock")},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "probe").iterdir()
+    assert "-counts-" in run.name
+    meta = json.loads((run / schema.RUN_JSON).read_text())
+    assert meta[schema.KIND_KEY] == schema.KIND_COUNTS and meta["status"] == "complete"
+    assert meta[schema.COUNTING_KEY]["valgrind"].startswith("valgrind-")
+    got = count_math.read_count_run(run, meta)
+    assert not isinstance(got, str)
+    labels = {c.label for c in count_math.per_op(got.rows)}
+    assert labels == {"kvqueue", "kvqueue:floor"}
