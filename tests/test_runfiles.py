@@ -1,9 +1,9 @@
-"""One run record (``schema.RunRecord``), one run-folder writer (``runfiles.RunWriter``)
+"""One run record (``runrecord.RunRecord``), one run-folder writer (``runfiles.RunWriter``)
 and run ids named by kind, for every kind of run: bench, history and policy.
 
 Fast: nothing here starts a process. The committed raw data is the reference for the
 record's key order: each committed ``run.json`` is rebuilt from its own values through
-:class:`kvqueue.schema.RunRecord` and must come out byte for byte.
+:class:`kvqueue.runrecord.RunRecord` and must come out byte for byte.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kvqueue import hostinfo, schema
+from kvqueue import hostinfo, runrecord, schema
 from kvqueue.analysis import rawdata
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError
@@ -34,11 +34,11 @@ COMMITTED = sorted(
 )
 
 
-def _record_of(meta: dict[str, Any]) -> schema.RunRecord:
+def _record_of(meta: dict[str, Any]) -> runrecord.RunRecord:
     """The record a committed run started with, from its own values."""
-    named = {f for f in schema.RunRecord.__dataclass_fields__ if f not in ("kind", "extra")}
+    named = {f for f in runrecord.RunRecord.__dataclass_fields__ if f not in ("kind", "extra")}
     written = {*named, "processes_completed", "process_info", schema.KIND_KEY, *LATER}
-    return schema.RunRecord(
+    return runrecord.RunRecord(
         kind=schema.run_kind(meta),
         extra={k: v for k, v in meta.items() if k not in written},
         **{k: meta[k] for k in named},
@@ -60,12 +60,12 @@ def test_the_record_writes_committed_run_json_byte_for_byte(path: Path) -> None:
     record["process_info"] = meta["process_info"]
     for key in (k for k in meta if k in LATER):
         record[key] = meta[key]
-    assert schema.run_json_text(record) == text
-    assert _record_of(meta).to_json() == schema.run_json_text(_record_of(meta).as_dict())
+    assert runrecord.run_json_text(record) == text
+    assert _record_of(meta).to_json() == runrecord.run_json_text(_record_of(meta).as_dict())
 
 
-def _record(kind: str, extra: dict[str, Any] | None = None) -> schema.RunRecord:
-    return schema.RunRecord(
+def _record(kind: str, extra: dict[str, Any] | None = None) -> runrecord.RunRecord:
+    return runrecord.RunRecord(
         kind=kind,
         run_id="r1",
         host="h",
@@ -154,7 +154,7 @@ def test_named_and_old_run_folders_are_both_read(tmp_path: Path) -> None:
     for run_id in ("20261201T120000Z-cp311-ab12", "20261201T120000Z-history-cp311-ab12"):
         folder = schema.run_path(tmp_path, "h", run_id)
         folder.mkdir(parents=True)
-        (folder / schema.RUN_JSON).write_text(schema.run_json_text({"run_id": run_id}))
+        (folder / schema.RUN_JSON).write_text(runrecord.run_json_text({"run_id": run_id}))
         assert runfiles.read_run_json(folder) == {"run_id": run_id}
     found = [p.name for p in rawdata.run_dirs(tmp_path)]
     assert sorted(found) == ["20261201T120000Z-cp311-ab12", "20261201T120000Z-history-cp311-ab12"]
@@ -183,7 +183,7 @@ def test_one_writer_serves_samples_and_policy_rows(tmp_path: Path) -> None:
     policy_rec = _record(schema.KIND_POLICY, {"workload": {}, "policies": ["lru"]})
     policy = runfiles.create_run(
         tmp_path,
-        schema.RunRecord(**{**policy_rec.__dict__, "host": "p"}),
+        runrecord.RunRecord(**{**policy_rec.__dict__, "host": "p"}),
         policy_collect.POLICY_TABLE,
     )
     row = dict.fromkeys(POLICY_COLUMNS[1:], 0) | {"policy": "lru", "age_to": 0.5}

@@ -193,8 +193,11 @@ def read_count_run(run_dir: Path, meta: dict[str, Any]) -> CountRun | str:
     return CountRun(run_dir, meta, rows)
 
 
-def read_count_runs(raw_dir: Path | str) -> tuple[list[CountRun], list[tuple[Path, str]]]:
-    """Every counts run under ``raw_dir``: (readable runs, (folder, reason) left out)."""
+def read_count_runs(
+    raw_dir: Path | str, only: set[str] | None = None
+) -> tuple[list[CountRun], list[tuple[Path, str]]]:
+    """Every counts run under ``raw_dir`` (``only``: just these ``host/run_id``, the ones
+    the raw-data reader included): (readable runs, (folder, reason) left out)."""
     runs: list[CountRun] = []
     left: list[tuple[Path, str]] = []
     for meta_path in sorted(Path(raw_dir).glob("*/*/" + schema.RUN_JSON)):
@@ -203,6 +206,11 @@ def read_count_runs(raw_dir: Path | str) -> tuple[list[CountRun], list[tuple[Pat
         except (OSError, ValueError):
             continue  # not this module's to name: the raw-data reader names it
         if not isinstance(meta, dict) or meta.get(schema.KIND_KEY) != schema.KIND_COUNTS:
+            continue
+        if (
+            only is not None
+            and f"{meta_path.parent.parent.name}/{meta_path.parent.name}" not in only
+        ):
             continue
         got = read_count_run(meta_path.parent, meta)
         if isinstance(got, str):
@@ -308,7 +316,7 @@ def history_steps(frame: pd.DataFrame, versions: Mapping[str, Sequence[str]]) ->
 
 
 def analyze(
-    raw_dir: Path | str, pairs: Sequence[tuple[str, str]]
+    raw_dir: Path | str, pairs: Sequence[tuple[str, str]], only: set[str] | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[tuple[Path, str]]]:
     """The processed ``counts``, ``count_pairs`` and ``count_steps`` tables of every
     counts run under ``raw_dir``, and the runs left out with their reasons.
@@ -316,7 +324,7 @@ def analyze(
     ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
     run also compares every variant with its baseline.
     """
-    runs, left = read_count_runs(raw_dir)
+    runs, left = read_count_runs(raw_dir, only)
     frame = counts_frame(runs)
     ab = newest_ab(frame)
     wanted = list(pairs)

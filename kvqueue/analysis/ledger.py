@@ -38,6 +38,7 @@ def ledger(
     history: pd.DataFrame,
     policy: pd.DataFrame,
     policy_problems: Mapping[str, str] | None = None,
+    counts: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per run folder found (see the module docstring).
 
@@ -53,6 +54,9 @@ def ledger(
     policy_problems
         ``{"<host>/<run_id>": why}`` for policy runs whose ``policy.csv`` the policy
         reader left out or could not read.
+    counts
+        The counts runs' rows that the report shows (``host``, ``run_id``): those runs
+        are *headline*, other counts runs *shown*.
 
     Returns
     -------
@@ -67,6 +71,10 @@ def ledger(
         if len(table):
             shown = table[table["headline"].fillna(False).astype(bool)]
             heads[kind] = set(zip(shown["host"], shown["run_id"], strict=True))
+    # A counts run is used where its counts stand beside time (the newest A/B counts run
+    # of its host x interpreter) or where its history's steps are shown.
+    if counts is not None and len(counts):
+        heads[schema.KIND_COUNTS] = set(zip(counts["host"], counts["run_id"], strict=True))
     rows = []
     for run in raw.runs:
         reason = _left_reason(run)

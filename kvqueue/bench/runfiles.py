@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvqueue import hostinfo, schema
+from kvqueue import hostinfo, runrecord, schema
 from kvqueue.errors import BenchError
 
 
@@ -173,7 +173,7 @@ def start_record(
     seeds: Mapping[str, Any],
     processes_planned: Mapping[str, int],
     extra: Mapping[str, Any] | None = None,
-) -> schema.RunRecord:
+) -> runrecord.RunRecord:
     """The record a run of any kind starts with: status ``running``, started now, on this
     machine, at the project's current state.
 
@@ -194,9 +194,9 @@ def start_record(
     seeds, processes_planned
         The run's seeds; the processes planned per phase.
     extra
-        The kind's own ``run.json`` keys (:attr:`kvqueue.schema.RunRecord.extra`).
+        The kind's own ``run.json`` keys (:attr:`kvqueue.runrecord.RunRecord.extra`).
     """
-    return schema.RunRecord(
+    return runrecord.RunRecord(
         kind=kind,
         run_id=run_id,
         host=host,
@@ -214,7 +214,7 @@ def start_record(
     )
 
 
-def create_run(raw_dir: Path, record: schema.RunRecord, table: RunTable) -> RunWriter:
+def create_run(raw_dir: Path, record: runrecord.RunRecord, table: RunTable) -> RunWriter:
     """Create the run folder of ``record`` under ``raw_dir`` and write its first files.
 
     Raises
@@ -256,7 +256,7 @@ def closing_run(writer: RunWriter, interrupted: str) -> Iterator[None]:
 
 def write_run_json(run_dir: Path, record: dict[str, Any]) -> None:
     """Write ``run.json`` atomically."""
-    write_atomic(run_dir / schema.RUN_JSON, schema.run_json_text(record))
+    write_atomic(run_dir / schema.RUN_JSON, runrecord.run_json_text(record))
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:

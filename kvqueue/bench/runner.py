@@ -73,7 +73,7 @@ class RunKind:
     kind
         ``run.json``'s kind (:data:`kvqueue.schema.RUN_KINDS`); it names new run folders.
     record
-        The kind's own ``run.json`` keys (:attr:`kvqueue.schema.RunRecord.extra`).
+        The kind's own ``run.json`` keys (:attr:`kvqueue.runrecord.RunRecord.extra`).
     invalid_ops
         The gate's handling of a difference on invalid use: ``refuse`` or ``record``.
     sizing_targets

@@ -36,6 +36,7 @@ import pandas as pd
 
 from kvqueue import errors, hostinfo, schema, versions
 from kvqueue.analysis import ab, comparisons, integrity, ledger, rawdata, samplefile, stats
+from kvqueue.analysis import counts as count_math
 from kvqueue.history import analyze as history_analyze
 from kvqueue.params import bench as bench_params
 from kvqueue.params import checks as param_checks
@@ -55,6 +56,7 @@ _MANIFEST_FORMAT = 3
 #: reaches).
 CODE_MODULES: tuple[ModuleType, ...] = (
     ab,
+    count_math,
     comparisons,
     errors,
     history_analyze,
@@ -93,6 +95,9 @@ class Processed:
     history: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.history.analyze
     history_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     ledger: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.analysis.ledger
+    counts: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.analysis.counts
+    count_pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    count_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:
@@ -420,8 +425,17 @@ def build(
     tables["policy"] = policy_analyze.analyze(raw_dir, settings, git, only=policy_ok)
     # History and policy runs pass the same integrity rules as bench runs (git state too).
     tables.update(history_analyze.analyze(checked, settings.confidence))
+    # Instruction counts (kind counts): the runs the reader included, sealed and in scope.
+    counted = {f"{r.host}/{r.run_id}" for r in checked.of_kind(schema.KIND_COUNTS).included}
+    count_tables, _ = count_math.analyze(raw_dir, settings.pairs, only=counted)
+    tables.update(count_tables)
     tables["ledger"] = ledger.ledger(
-        checked, tables["runs"], tables["history"], tables["policy"], problems
+        checked,
+        tables["runs"],
+        tables["history"],
+        tables["policy"],
+        problems,
+        counts=pd.concat([tables["count_pairs"], tables["count_steps"]]),
     )
     data = Processed(settings, manifest=_manifest(raw_dir, settings, git), **tables)
     write(data, processed_dir)

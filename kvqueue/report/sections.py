@@ -20,11 +20,20 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from kvqueue import schema
 from kvqueue.analysis import stats
 from kvqueue.formatting import ci_header
 from kvqueue.history import report as history_report
 from kvqueue.policy import report as policy_report
-from kvqueue.report import ab_tables, check_tables, figures, processed, prose, provenance
+from kvqueue.report import (
+    ab_tables,
+    check_tables,
+    count_tables,
+    figures,
+    processed,
+    prose,
+    provenance,
+)
 from kvqueue.report.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
@@ -299,6 +308,24 @@ def build(data: processed.Processed) -> list[Section]:
                 fold=True,
                 detail=True,
                 writeup=False,
+            )
+        )
+    cells = count_tables.agreement(data.summary, data.count_pairs, list(schema.CASES))
+    if not cells.empty:
+        table = count_tables.agreement_table(cells)
+        out.append(
+            Section(
+                "counts",
+                "Instruction counts beside time",
+                note=(
+                    "Each headline comparison's time reduction [95% CI] beside the reduction "
+                    "in instructions per operation of the newest counts run of the same host "
+                    "× interpreter (`make bench METRIC=instructions`: cachegrind, exact; "
+                    "docs/design.md §13). " + count_tables.agreement_sentence(cells)
+                ),
+                table=table,
+                table_label=f"Time vs instructions per cell: {len(table)} rows",
+                fold=True,
             )
         )
     confirm = ab_tables.present_cases(data, "confirm")
