@@ -22,17 +22,21 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def step_table(steps: pd.DataFrame) -> pd.DataFrame:
+def step_table(steps: pd.DataFrame, counts: pd.DataFrame | None = None) -> pd.DataFrame:
     """Release range -> change in time [95 % CI], one column per case (headline runs).
 
     Only steps that are significant in at least one case of their run are shown; a
     cell is ``+12.3% [+10.1, +14.0]`` (positive: the newer release takes longer), with
-    ``*`` on significant cells.
+    ``*`` on significant cells, and ``· instr +9.8%`` where a history counts run of the
+    same interpreter counted the same two versions on that case (instructions per
+    operation do not depend on the machine or, beyond ~1 %, on the pool size).
 
     Parameters
     ----------
     steps
         The processed ``history_steps`` table.
+    counts
+        The processed ``count_steps`` table (optional).
 
     Returns
     -------
@@ -46,10 +50,19 @@ def step_table(steps: pd.DataFrame) -> pd.DataFrame:
     steps = steps[keep]
     if steps.empty:
         return pd.DataFrame()
+    instr: dict[tuple[str, str, str, str], float] = {}
+    if counts is not None and len(counts):
+        for c in counts.itertuples():
+            instr.setdefault((c.interpreter, c.from_version, c.to_version, c.case), c.instr_change)
+
+    def counted(r: object) -> str:
+        key = (r.interpreter, r.from_version, r.to_version, r.case)  # type: ignore[attr-defined]
+        return f" · instr {fmt_signed_pct(instr[key])}" if key in instr else ""
+
     steps = steps.assign(
         cell=[
             f"{fmt_signed_pct(r.change)} {fmt_signed_ci(r.ci_low, r.ci_high)}"
-            f"{' *' if r.significant else ''}"
+            f"{' *' if r.significant else ''}{counted(r)}"
             for r in steps.itertuples()
         ],
         column=[f"{r.case} / {r.pool:,}" for r in steps.itertuples()],

@@ -305,7 +305,7 @@ def _history(question: Question) -> list[Section]:
                 ),
             )
         )
-    table = history_report.step_table(steps)
+    table = history_report.step_table(steps, data.count_steps)
     if not table.empty:
         out.append(
             Section(

@@ -383,7 +383,7 @@ def build(data: processed.Processed) -> list[Section]:
             detail=True,
         )
     )
-    history_table = history_report.step_table(data.history_steps)
+    history_table = history_report.step_table(data.history_steps, data.count_steps)
     out.append(
         Section(
             "history",
