@@ -20,6 +20,7 @@ from kvqueue.analysis import stats
 from kvqueue.bench import notebook
 from kvqueue.errors import BenchInputError
 from kvqueue.params import bench as bench_params
+from kvqueue.params import check_queue as check_queue_params
 from kvqueue.params import policy as policy_params
 from kvqueue.params import report as report_params
 from kvqueue.params.spec import ENV_PREFIX, default_of, spec_of
@@ -27,13 +28,23 @@ from kvqueue.params.spec import ENV_PREFIX, default_of, spec_of
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MAKEFILE = REPO_ROOT / "Makefile"
 #: Every command of ``python -m kvqueue``.
-COMMANDS = ("validate", "bench", "quick", "history", "policy", "report", "sync-notebooks")
+COMMANDS = (
+    "validate",
+    "bench",
+    "quick",
+    "history",
+    "policy",
+    "check-queue",
+    "report",
+    "sync-notebooks",
+)
 #: Make targets that pass variables to their command (``--from-env``).
-VAR_TARGETS = ("validate", "bench", "quick", "history", "policy")
+VAR_TARGETS = ("validate", "bench", "quick", "history", "policy", "check-queue")
 #: (Makefile list, the fields it must name in order).
 FIELD_LISTS: dict[str, Callable[[], list[Any]]] = {
     "BENCH_VARS": bench_params.bench_fields,
     "POLICY_VARS": policy_params.policy_fields,
+    "CHECK_QUEUE_VARS": check_queue_params.check_queue_fields,
 }
 
 
@@ -235,8 +246,8 @@ def test_from_env_reads_exactly_the_declared_variables(
 ) -> None:
     """What ``--from-env`` really reads (nothing is run: the work is stubbed out)."""
     from kvqueue import child
+    from kvqueue.bench import check_queue, quick
     from kvqueue.bench import checks as bench_checks
-    from kvqueue.bench import quick
     from kvqueue.history import collect as history_collect
     from kvqueue.policy import checks as policy_checks
     from kvqueue.sources import loader
@@ -248,6 +259,7 @@ def test_from_env_reads_exactly_the_declared_variables(
     monkeypatch.setattr(loader, "load_variants", stop)
     monkeypatch.setattr(bench_checks, "check", stop)
     monkeypatch.setattr(quick, "run_quick", stop)
+    monkeypatch.setattr(check_queue, "check", stop)
     monkeypatch.setattr(history_collect, "run_history", stop)
     monkeypatch.setattr(policy_checks, "check", stop)
     environ = _Recording({k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})
