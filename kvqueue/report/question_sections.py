@@ -30,7 +30,7 @@ from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import diffs
 from kvqueue.history import report as history_report
 from kvqueue.policy import report as policy_report
-from kvqueue.report import ab_tables, figures, processed, prose, provenance, questions
+from kvqueue.report import ab_tables, count_tables, figures, processed, prose, provenance, questions
 from kvqueue.report.ab_tables import CASE_CYCLES, HEADLINE_CASES
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
@@ -167,6 +167,27 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
                 detail=True,
             ),
         ]
+    # Instruction counts of the same pair, where a counts run measured it: the claims
+    # above are time (paired processes); this table says what instructions back.
+    pairs = data.count_pairs
+    if len(pairs) and question.pair is not None:
+        cand, base = question.pair
+        pairs = pairs[(pairs["candidate"] == cand) & (pairs["baseline"] == base)]
+    cells = count_tables.agreement(data.summary, pairs, list(cases)) if len(pairs) else pairs
+    if len(cells):
+        out.append(
+            Section(
+                "counts",
+                "Instruction counts beside time",
+                level=3,
+                note="Time reduction [95% CI] (the metric of the answer above) beside the "
+                "instruction reduction per operation of a counts run of the same host × "
+                "interpreter (`METRIC=instructions`, cachegrind, exact). "
+                + count_tables.agreement_sentence(cells),
+                table=count_tables.agreement_table(cells),
+                detail=True,
+            )
+        )
     out += [
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
