@@ -48,20 +48,11 @@ COUNTS = runfiles.RunTable(schema.COUNTS_CSV, counts_text, count_row)
 def base_spec(params: BenchParams, gate: list[dict[str, Any]]) -> dict[str, Any]:
     """The worker spec every count of the run shares (the timing worker's, untimed)."""
     own = params.block_mode == "own"
-    return {
-        "sources": params.sources,
-        "labels": params.labels,
-        "block_source": params.block_source or None,
-        "expected_sha256": {g["label"]: g["sha256"] for g in gate},
-        "expected_block_sha256": (
-            {g["label"]: g["provenance"]["block_class_sha256"] for g in gate} if own else {}
-        ),
-        "cases": list(params.cases),
-        "pools": list(params.pools),
-        "block_mode": params.block_mode,
-        "seed": params.seed,
-        "case_seed": params.seed,
-    }
+    expected_block = (
+        {g["label"]: g["provenance"]["block_class_sha256"] for g in gate} if own else {}
+    )
+    expected = {g["label"]: g["sha256"] for g in gate}
+    return runner.worker_spec(params, list(params.cases), params.seed, expected, expected_block)
 
 
 def counting_record(valgrind: counts.Valgrind) -> dict[str, Any]:

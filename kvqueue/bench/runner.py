@@ -512,6 +512,28 @@ def run_process(
     """
     cases = phase_cases(params, phase)
     spec = {
+        **worker_spec(params, cases, seed, expected, expected_block),
+        "samples": params.samples,
+        "sample_ms": params.sample_ms,
+        "epochs": params.epochs,
+        "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),
+        "gc": params.gc,
+        "phase": phase,
+        "process": number,
+    }
+    return _run_worker(params.python, spec, worker_timeout(params, cases))
+
+
+def worker_spec(
+    params: BenchParams,
+    cases: list[str],
+    seed: int,
+    expected: dict[str, str],
+    expected_block: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """What every process that builds a worker ``Layout`` needs (timing or counting):
+    the variants, the gate's digests, the cells, the block mode and the seeds."""
+    return {
         "sources": params.sources,
         "labels": params.labels,
         "block_source": params.block_source or None,
@@ -519,18 +541,10 @@ def run_process(
         "expected_block_sha256": expected_block or {},
         "cases": cases,
         "pools": list(params.pools),
-        "samples": params.samples,
-        "sample_ms": params.sample_ms,
-        "epochs": params.epochs,
         "block_mode": params.block_mode,
         "seed": seed,
         "case_seed": params.seed,
-        "cpu": params.cpu if params.cpu == "auto" else int(params.cpu),
-        "gc": params.gc,
-        "phase": phase,
-        "process": number,
     }
-    return _run_worker(params.python, spec, worker_timeout(params, cases))
 
 
 def worker_timeout(params: BenchParams, cases: list[str]) -> float:
