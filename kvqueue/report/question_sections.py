@@ -413,16 +413,28 @@ def _policy(question: Question) -> list[Section]:
         )
     if len(hosts) > 1:
         answer += "\n\nThe other hosts' figures are in the table below."
+    # Only the older protocol measured: its runs are named, and no empty answer, figure
+    # or table stands in for a steady state that no run measured.
+    steady = bool(len(table))
+    if not steady:
+        answer = method
+    table_sections = (
+        [
+            Section(
+                "table",
+                f"Policy × window per host × interpreter ({len(table)} rows)",
+                table=table,
+                detail=True,
+            )
+        ]
+        if steady
+        else []
+    )
     return [
         Section("title", question.title, level=1, note=intro),
-        Section("answer", "Answer", note=answer, figure="policy"),
-        Section("method", "Method", note=method, detail=True),
-        Section(
-            "table",
-            f"Policy × window per host × interpreter ({len(table)} rows)",
-            table=table,
-            detail=True,
-        ),
+        Section("answer", "Answer", note=answer, figure="policy" if steady else None),
+        *([Section("method", "Method", note=method, detail=True)] if steady else []),
+        *table_sections,
         Section(
             "reproduce",
             "Reproduce",
