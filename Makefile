@@ -174,10 +174,16 @@ REPORT_HTML  := reports/report.html
 
 REPORT_FORCE := $(if $(value CASES),FORCE,$(wildcard reports/writeups/.cases))
 WRITEUPS_INDEX := reports/writeups/index.txt
+# Written by a build that printed the paths itself (with this invocation's id), so
+# `report` does not print them twice; a marker of another invocation is ignored.
+REPORT_JUST_BUILT := reports/.just-built
+REPORT_INVOCATION := $(shell date +%s%N)
 
 report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and one writeup per question (reports/writeups/*.md) from RAW_DIR (CASES=..., HOSTS=..., RUNS=...)
-	@echo "report: $(abspath $(REPORT_HTML))"
-	@sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX)
+	@if [ "$$(cat $(REPORT_JUST_BUILT) 2>/dev/null)" = "$(REPORT_INVOCATION)" ]; then \
+	  rm -f $(REPORT_JUST_BUILT); else \
+	  echo "report: up to date: $(abspath $(REPORT_HTML))"; \
+	  sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX); fi
 
 $(REPORT_SCOPE): FORCE
 	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS))
@@ -190,6 +196,7 @@ $(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(val
 $(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
 	$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
 	  --cases "$$KVQUEUE_REPORT_CASES"
+	@echo $(REPORT_INVOCATION) > $(REPORT_JUST_BUILT)
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
 	rm -rf data/processed reports

@@ -491,6 +491,12 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "started_at": _S,
         "use": _S,  # headline | shown | left out
         "reason": _S,
+        # What repeats the run (kvqueue.analysis.ledger.make_command): the make target,
+        # the interpreter, and JSON [[VAR, text], ...] of every other recorded parameter.
+        "make_target": _S,
+        "commit": _S,  # the project commit the run was made at (run.json "project")
+        "python_executable": _S,
+        "make_args": _S,
     },
     # Counts runs (kind "counts"; kvqueue.analysis.counts): per run, cell and variant.
     "counts": {

@@ -17,6 +17,7 @@ import pytest
 from kvqueue import schema
 from kvqueue.bench import runfiles
 from kvqueue.errors import BenchInputError
+from kvqueue.formatting import TOO_FEW
 from kvqueue.params import policy as policy_params
 from kvqueue.policy import analyze, churn, invariants, measure, policies, trace
 from kvqueue.policy import checks as policy_checks
@@ -347,6 +348,35 @@ def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0] == "not settled"
     assert "not settled" in policy_report.note(table, 0.95)
+
+
+def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _age_run(raw, "r1", late=200, processes=1)
+    table = analyze.analyze(raw)
+    shown = policy_report.display_table(table)
+    head = next(c for c in shown.columns if c.startswith("steady state"))
+    cell = shown.loc[shown["policy"] == "contig-w4", head].iloc[0]
+    assert cell.startswith("2.0") and cell.endswith(f"[{TOO_FEW}]"), cell
+    net = shown.loc[shown["policy"] == "contig-w4", "net ns / request"].iloc[0]
+    assert net.endswith(f"[{TOO_FEW}]"), net
+    note = policy_report.note(table, 0.95)
+    readings = "\n\n".join(note.split("\n\n")[2:])  # after the two method paragraphs
+    assert "not settled" not in readings and "within the interval" not in readings
+    assert f"settling {TOO_FEW}" in readings
+
+
+def test_three_processes_settle_but_time_needs_six(tmp_path: Path) -> None:
+    # A t interval needs 2 processes; the order-statistic interval of a median 6 at 95 %.
+    raw = tmp_path / "raw"
+    _age_run(raw, "r1", late=200, processes=3)
+    table = analyze.analyze(raw)
+    shown = policy_report.display_table(table)
+    head = next(c for c in shown.columns if c.startswith("steady state"))
+    row = shown[shown["policy"] == "contig-w4"].iloc[0]
+    assert "[" in row[head] and TOO_FEW not in row[head], row[head]
+    assert row["allocator ns added / request"].endswith(f"[{TOO_FEW}]")
+    assert TOO_FEW not in row["posting ns saved / request"]
 
 
 def test_the_age_curve_has_a_point_per_window_and_policy(tmp_path: Path) -> None:

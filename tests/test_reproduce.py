@@ -81,3 +81,80 @@ def test_reproduce_command_names_every_parameter(tmp_path: Path) -> None:
     wanted -= {"BLOCK_SOURCE", "MAX_PROCESSES", "MAX_MINUTES"}
     assert wanted <= found, sorted(wanted - found)
     assert "PRECISION=0" in words and "EPOCHS=1" in words
+
+
+def test_policy_assignments_parse_back_to_the_recorded_run() -> None:
+    from kvqueue.params import policy as policy_params
+
+    p = policy_params.from_text(
+        {
+            "host": "h",
+            "regime": "agentic",
+            "windows": "1 4 inf",
+            "processes": "6",
+            "warmup_turnovers": "150",
+            "turnovers": "300",
+            "free_order": "append",
+        }
+    )
+    assigned = policy_params.make_assignments(p.record())
+    names = [var for var, _ in assigned]
+    assert "HOST" not in names and "PYTHON" not in names and "TRACE_OUT" not in names
+    # Every workload variable is written out, the regime's preset values included, so
+    # the command repeats the run after a preset changes.
+    assert {"POOL", "PREFILL", "CONCURRENCY", "REGIME", "WINDOWS"} <= set(names)
+    again = policy_params.from_text(
+        {
+            "host": "h",
+            **{
+                f.name: dict(assigned).get(spec_of(f).make)
+                for f in policy_params.policy_fields()
+                if spec_of(f).make
+            },
+        }
+    )
+    assert again == p
+
+
+def test_history_assignments_keep_releases_and_newest_and_leave_what_it_chooses() -> None:
+    from kvqueue.params import history as history_params
+
+    bench = history_params.from_text({"host": "h", "processes": "5"})
+    record = bench.record()
+    history = {
+        "releases_given": True,
+        "releases_probed": ["0.32.0", "0.31.0"],
+        "versions": [{"label": "mine", "source": "git:/tmp/v@abc123"}, {"label": "x"}],
+    }
+    assigned = dict(history_params.make_assignments(record, history))
+    assert assigned["RELEASES"] == "0.32.0 0.31.0"
+    assert assigned["NEWEST"] == "mine=git:/tmp/v@abc123"  # the label kept
+    assert assigned["PROCESSES"] == "5"
+    assert not {"VARIANTS", "AA", "BLOCK_SOURCE", "QUICK"} & set(assigned)
+    plain = dict(history_params.make_assignments(record, {"releases_given": False}))
+    assert "RELEASES" not in plain and "NEWEST" not in plain
+
+
+def test_ledger_names_the_command_of_every_kind() -> None:
+    from kvqueue.analysis import ledger
+    from kvqueue.params import policy as policy_params
+
+    exe = {"executable": "/opt/py/bin/python3"}
+    policy = policy_params.from_text({"host": "h"}).record()
+    steady = {"kind": "policy", "protocol": "steady-state-1", "python": exe}
+    target, python, args = ledger.make_command({**steady, "parameters": policy})
+    assert (target, python) == ("policy", "/opt/py/bin/python3")
+    assert dict(args)["REGIME"] == "chat"
+    bench = bench_params.make_params(host="h", python=sys.executable).record()
+    assert ledger.make_command({"python": exe, "parameters": bench})[0] == "bench"
+    counted = {
+        "kind": "counts",
+        "question": "history",
+        "python": exe,
+        "parameters": bench,
+        "history": {"releases_given": False},
+    }
+    assert ledger.make_command(counted)[0] == "history"
+    assert ledger.make_command({"kind": "policy"}) == ("", "", [])
+    # A run of the older policy protocol cannot be repeated by today's make policy.
+    assert ledger.make_command({"kind": "policy", "parameters": policy})[0] == ""

@@ -11,12 +11,17 @@ Pure computation from the tables the analysis already made; no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import rawdata
+from kvqueue.params import bench as bench_params
+from kvqueue.params import history as history_params
+from kvqueue.params import policy as policy_params
 
 HEADLINE, SHOWN, LEFT_OUT = "headline", "shown", "left out"
 #: ``kind`` of a folder whose ``run.json`` could not be read.
@@ -30,6 +35,42 @@ def _left_reason(run: rawdata.Run) -> str | None:
     if run.altered is not None:
         return f"altered: {run.altered}"
     return None
+
+
+def make_command(meta: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
+    """What repeats a run, from its ``run.json``: ``(target, python, assignments)``.
+
+    ``target`` is the make target (``bench``, ``history`` or ``policy``; a counts run
+    is the bench or history run it counted), ``python`` the executable it measured and
+    ``assignments`` every other recorded parameter as ``(MAKE_VARIABLE, text)``
+    (``HOST`` and ``PYTHON`` are left to the caller; a bench run's ``VARIANTS`` too,
+    since the report pins their git refs to the recorded commits). Empty strings and
+    ``[]`` where ``run.json`` records no parameters, and no target for a policy run of
+    the older protocol (today's ``make policy`` cannot repeat it).
+    """
+    kind = schema.run_kind(meta)
+    parameters = meta.get("parameters")
+    python = meta.get("python")
+    executable = str(python.get("executable", "")) if isinstance(python, Mapping) else ""
+    if not isinstance(parameters, Mapping):
+        return "", executable, []
+    history = meta.get(schema.HISTORY_KEY)
+    if kind == schema.KIND_POLICY:
+        if meta.get("protocol") != schema.POLICY_PROTOCOL:
+            return "", executable, []  # the older protocol: today's make policy differs
+        return "policy", executable, policy_params.make_assignments(parameters)
+    if kind == schema.KIND_HISTORY or (
+        kind == schema.KIND_COUNTS and meta.get("question") == "history"
+    ):
+        record = history if isinstance(history, Mapping) else {}
+        return "history", executable, history_params.make_assignments(parameters, record)
+    return "bench", executable, bench_params.make_assignments(parameters)
+
+
+def _commit(meta: Mapping[str, Any]) -> str | None:
+    project = meta.get("project")
+    commit = project.get("commit") if isinstance(project, Mapping) else None
+    return str(commit) if commit else None
 
 
 def ledger(
@@ -90,6 +131,7 @@ def ledger(
             headline = key in heads.get(run.kind, set())
             use = HEADLINE if headline else SHOWN
             reason = f"newest {run.kind} run" if headline else f"older {run.kind} run"
+        target, executable, assigned = make_command(run.meta)
         rows.append(
             {
                 "host": run.host,
@@ -100,6 +142,10 @@ def ledger(
                 "started_at": run.meta.get("started_at"),
                 "use": use,
                 "reason": reason,
+                "make_target": target,
+                "commit": _commit(run.meta),
+                "python_executable": executable,
+                "make_args": json.dumps(assigned),
             }
         )
     for bad in raw.unreadable:

@@ -329,7 +329,7 @@ def run_history(
             run_id,
             launcher_pid=os.getpid(),
             question="history",
-            record={schema.HISTORY_KEY: found.record()},
+            record={schema.HISTORY_KEY: record},  # NEWEST's version included
             invalid="record",
         )
     kind = runner.RunKind(

@@ -155,14 +155,12 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     -------
     matplotlib.figure.Figure
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
     if head.empty:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig = Figure(figsize=(6, 3))
+        ax = fig.subplots()
         ax.set_xlabel("vLLM release (oldest → newest)")
         ax.set_ylabel("ns per cycle")
         ax.set_xticks([])
@@ -186,12 +184,8 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     # vertical text, unreadable at 100 % (issue 18).
     numbers = step_numbers(steps, versions)
     key_rows = -(-len(numbers) // 3) if numbers else 0
-    fig, axes = plt.subplots(
-        len(rows),
-        len(cells),
-        figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4),
-        squeeze=False,
-    )
+    fig = Figure(figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4))
+    axes = fig.subplots(len(rows), len(cells), squeeze=False)
     for i, (host, interp) in enumerate(rows):
         for j, (case, pool) in enumerate(cells):
             ax = axes[i][j]

@@ -84,3 +84,30 @@ def newest_from_text(text: str | None) -> str | None:
     if words[0].split("=", 1)[-1].startswith("vllm==") or words[0].startswith("vllm=="):
         raise BenchInputError("NEWEST is a source of your own; releases go in RELEASES")
     return words[0]
+
+
+def make_assignments(
+    parameters: Mapping[str, Any], history: Mapping[str, Any]
+) -> list[tuple[str, str]]:
+    """The Make variables that repeat a history run: its bench ``parameters`` as
+    :func:`kvqueue.params.bench.make_assignments` writes them (``VARIANTS`` and ``AA``,
+    ``BLOCK_SOURCE`` and ``QUICK``, which the history chooses, left out), ``RELEASES``
+    when the run was given its releases, and ``NEWEST`` when it timed a source of the
+    user's.
+
+    Parameters
+    ----------
+    parameters
+        ``run.json`` ``parameters``.
+    history
+        ``run.json`` ``history`` (``releases_given``, ``releases_probed``, ``versions``).
+    """
+    chosen = {spec_of(f).make for f in bench.bench_fields() if f.name in CHOSEN}
+    out = [(var, text) for var, text in bench.make_assignments(parameters) if var not in chosen]
+    if history.get("releases_given"):
+        out.append((RELEASES, " ".join(str(r) for r in history.get("releases_probed", []))))
+    own = [v for v in history.get("versions", []) if v.get("source")]
+    if own:
+        label, source = str(own[0].get("label", "")), str(own[0]["source"])
+        out.append((NEWEST, source if label in ("", source) else f"{label}={source}"))
+    return out

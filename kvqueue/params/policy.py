@@ -197,6 +197,34 @@ def policy_fields() -> list[Any]:
     return list(fields(PolicyParams))
 
 
+#: Fields that a reproduce command writes from elsewhere (host label, executable) or that
+#: make a run write a trace instead of measuring.
+_NOT_ASSIGNED = ("host", "python", "trace_out")
+
+
+def make_assignments(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The Make variables that repeat a policy run, from its ``run.json`` ``parameters``.
+
+    Every field is written out, the regime's preset values included, so that the
+    command still repeats the run after a default or a preset changes. ``host`` and
+    ``python`` are left to the caller.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(MAKE_VARIABLE, text)`` in field order; texts parse back with
+        :func:`kvqueue.params.spec.parse_value` to the recorded values.
+    """
+    out = []
+    for f in policy_fields():
+        if f.name in _NOT_ASSIGNED:
+            continue
+        text = spec.assignment_text(record.get(f.name))
+        if text is not None:  # no value means the default, which is what the run used
+            out.append((spec_of(f).make, text))
+    return out
+
+
 def from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:
     """Build :class:`PolicyParams` from texts keyed by field name (``None``: the default),
     each field checked on its own (:func:`check_fields`); the checks across fields are

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.formatting import fmt_number_estimate
+from kvqueue.analysis import stats
+from kvqueue.formatting import TOO_FEW, fmt_interval, fmt_number_estimate
 from kvqueue.policy.analyze import LRU, OLDER_PROTOCOL, STEADY, TABLE_COLUMNS, policy_order
 
 if TYPE_CHECKING:
@@ -30,10 +31,38 @@ if TYPE_CHECKING:
 PR_REDUCTION = (2.3, 2.6)
 
 
+#: Metrics that cannot be negative: a t interval of a mean near 0 is clipped at 0.
+_NON_NEGATIVE = ("desc_per_read", "desc_p50", "desc_p90", "hit_share")
+
+
 def _cell(row: pd.Series | None, digits: int) -> str:
     if row is None:
         return "n/a"
-    return fmt_number_estimate(row["estimate"], row["ci_low"], row["ci_high"], digits)
+    bounds = (0.0, math.inf) if row["metric"] in _NON_NEGATIVE else None
+    return fmt_number_estimate(
+        row["estimate"],
+        row["ci_low"],
+        row["ci_high"],
+        digits,
+        bounds=bounds,
+        too_few=_too_few(row),
+    )
+
+
+def _too_few(row: pd.Series) -> bool:
+    """Whether the row's interval is missing because the run had too few processes (a
+    t interval needs 2, the order-statistic interval of a median 6 at 95 %)."""
+    least = stats.MIN_PROCESSES if row["ci_method"] == stats.ORDER_STATISTIC else 2
+    return int(row["n_processes"]) < least
+
+
+def _judgeable(grp: pd.DataFrame, name: str) -> bool:
+    """Whether both halves of the measurement have a descriptor-ratio interval (with one
+    process neither has, and "settled" cannot be decided)."""
+    halves = [_get(grp, name, "desc_reduction", age) for age in _halves(grp)]
+    return all(
+        h is not None and math.isfinite(h["ci_low"]) and math.isfinite(h["ci_high"]) for h in halves
+    )
 
 
 def _headline(policy: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +117,12 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
             steady = _get(grp, name, "desc_reduction")
             settled = _get(grp, name, "settled")
             ok = settled is not None and settled["estimate"] == 1.0
-            headline = _cell(steady, 2) if ok else "not settled"
+            if ok or name == LRU:
+                headline = _cell(steady, 2)
+            elif steady is not None and not _judgeable(grp, name):
+                headline = _cell(steady, 2)  # "2.00 [n/a (too few processes)]": undecided
+            else:
+                headline = "not settled"
             rows.append(
                 {
                     "host": host,
@@ -166,7 +200,8 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         "(ratios on the log scale); allocator time (added and net) is the median over "
         "processes with the order-statistic interval, robust to a descheduled process; "
         "p50/p90 are the per-process nearest-rank percentiles "
-        "of descriptors per READ (the steady state's: the mean of its two halves'). The "
+        "of descriptors per READ (the steady state's: the mean of its two halves'; their "
+        "intervals clipped at 0). The "
         "steady state is the measurement window, split in two halves; it is declared only "
         "when the halves' descriptor ratios agree within their intervals, otherwise the "
         "table says *not settled*. The net line: the posting cost saved (lru's descriptors "
@@ -203,21 +238,24 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         saved = _get(grp, name, "ns_saved")
         if red is None or net is None or added is None or saved is None:
             continue
-        state = (
-            f"{red['estimate']:.2f}× fewer [{red['ci_low']:.2f}, {red['ci_high']:.2f}]"
-            if settled is not None and settled["estimate"] == 1.0
-            else f"not settled ({red['estimate']:.2f}× over both halves)"
-        )
-        verdict = (
-            "a net gain"
-            if net["ci_low"] > 0
-            else "a net loss"
-            if net["ci_high"] < 0
-            else "no net difference within the interval"
-        )
+        if settled is not None and settled["estimate"] == 1.0:
+            interval = fmt_interval(red["ci_low"], red["ci_high"], lambda v: f"{v:.2f}")
+            state = f"{red['estimate']:.2f}× fewer {interval}"
+        elif not _judgeable(grp, name):
+            state = f"{red['estimate']:.2f}× over both halves (settling {TOO_FEW})"
+        else:
+            state = f"not settled ({red['estimate']:.2f}× over both halves)"
+        if not (math.isfinite(net["ci_low"]) and math.isfinite(net["ci_high"])):
+            verdict = "net"
+        elif net["ci_low"] > 0:
+            verdict = "a net gain of"
+        elif net["ci_high"] < 0:
+            verdict = "a net loss, net"
+        else:
+            verdict = "no net difference within the interval, net"
         pieces.append(
             f"`{name}` {state}; it adds {_us(added)} µs of allocator time per request and "
-            f"saves {_us(saved)} µs of posting: {verdict} ({_us(net)} µs)"
+            f"saves {_us(saved)} µs of posting: {verdict} {_us(net)} µs"
         )
     parts.append("Steady state: " + "; ".join(pieces) + ".")
     lo, hi = PR_REDUCTION
@@ -242,7 +280,13 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
 
 
 def _us(row: pd.Series) -> str:
-    return fmt_number_estimate(row["estimate"] / 1e3, row["ci_low"] / 1e3, row["ci_high"] / 1e3, 2)
+    return fmt_number_estimate(
+        row["estimate"] / 1e3,
+        row["ci_low"] / 1e3,
+        row["ci_high"] / 1e3,
+        2,
+        too_few=_too_few(row),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -265,10 +309,17 @@ def figure(policy: pd.DataFrame) -> Figure:
     matplotlib.figure.Figure
     """
     import seaborn as sns
+
+    # Styles as a context, never sns.set_theme: the global rcParams it changes would
+    # restyle every figure drawn after this one in the same process.
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        return _figure(_headline(policy))
+
+
+def _figure(df: pd.DataFrame) -> Figure:
+    import seaborn as sns
     from matplotlib.figure import Figure
 
-    df = _headline(policy)
-    sns.set_theme(style="whitegrid", context="notebook")
     runs = _runs(df)
     panels = max(1, len(runs))
     cols = min(panels, 2)

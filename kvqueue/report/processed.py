@@ -41,6 +41,7 @@ from kvqueue.history import analyze as history_analyze
 from kvqueue.params import bench as bench_params
 from kvqueue.params import checks as param_checks
 from kvqueue.params import history as history_params
+from kvqueue.params import policy as policy_params
 from kvqueue.params import report as report_params
 from kvqueue.params import spec as param_spec
 from kvqueue.params.report import SCOPE_FIELDS, ReportSettings
@@ -66,6 +67,7 @@ CODE_MODULES: tuple[ModuleType, ...] = (
     bench_params,
     param_checks,
     history_params,
+    policy_params,
     report_params,
     param_spec,
     policy_analyze,

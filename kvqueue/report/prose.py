@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -183,22 +183,99 @@ def _variant_arg(label: str, source: str, commit: object) -> str:
 _ARGS_PER_LINE = 5
 
 
-def _bench_args(data: processed.Processed, r: pd.Series) -> list[list[str]]:
-    """The ``make bench`` arguments of one run, grouped a few to a line: host and
-    interpreter, variants, then every other parameter as the run recorded it
+def _bench_args(data: processed.Processed, r: pd.Series) -> tuple[tuple[str, ...], ...]:
+    """The ``make bench`` arguments of one run but ``HOST`` and ``PYTHON``, a few to a
+    line: the variants, then every other parameter as the run recorded it
     (:func:`kvqueue.params.bench.make_assignments`), so the command still repeats the run
     after a default changes."""
     sources, _ = _variants_arg(data, r)
-    args = [
-        [
-            f"HOST={shlex.quote(str(r['host']))}",
-            f"PYTHON={shlex.quote(str(r['python_executable']))}",
-        ],
-        [f"VARIANTS={shlex.quote(' '.join(sources))}"],
-    ]
     assigned = [f"{var}={shlex.quote(text)}" for var, text in json.loads(str(r["make_args"]))]
-    args.extend(assigned[i : i + _ARGS_PER_LINE] for i in range(0, len(assigned), _ARGS_PER_LINE))
-    return args
+    return (f"VARIANTS={shlex.quote(' '.join(sources))}",), *_lines(assigned)
+
+
+def _lines(words: list[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(words[i : i + _ARGS_PER_LINE]) for i in range(0, len(words), _ARGS_PER_LINE))
+
+
+class CommandRun(NamedTuple):
+    """One run as a reproduce command sees it (:func:`make_commands`)."""
+
+    host: str
+    run_id: str
+    interpreter: str
+    executable: str
+    commit: str  # the project commit of the run ('' unknown)
+    args: tuple[tuple[str, ...], ...]  # every assignment but HOST and PYTHON, per line
+
+
+def ledger_runs(data: processed.Processed, runs: pd.DataFrame) -> list[CommandRun]:
+    """The :class:`CommandRun` of each ``host``/``run_id`` row of ``runs``, from the
+    ``ledger`` (what each run's ``run.json`` recorded); a run the ledger does not know
+    gets no arguments."""
+    known = data.ledger.set_index(["host", "run_id"]) if len(data.ledger) else None
+    out = []
+    for r in runs.itertuples(index=False):
+        row = None
+        if known is not None and (r.host, r.run_id) in known.index:
+            row = known.loc[(r.host, r.run_id)]
+        args: tuple[tuple[str, ...], ...] = ()
+        executable = commit = ""
+        if row is not None:
+            commit = "" if is_na(row["commit"]) else str(row["commit"])
+            executable = "" if is_na(row["python_executable"]) else str(row["python_executable"])
+            if not is_na(row["make_args"]):
+                pairs = json.loads(str(row["make_args"]))
+                args = _lines([f"{var}={shlex.quote(text)}" for var, text in pairs])
+        out.append(
+            CommandRun(str(r.host), str(r.run_id), str(r.interpreter), executable, commit, args)
+        )
+    return out
+
+
+def make_commands(target: str, runs: list[CommandRun]) -> list[str]:
+    """Shell lines that repeat ``runs`` with ``make <target>``: the project commit to
+    check out when the runs were made at more than one, then one command per run, a
+    few assignments to a line; runs of one host whose arguments (and commit) agree
+    except for ``PYTHON`` share one command in a loop over the interpreters."""
+    lines: list[str] = []
+    commits = sorted({r.commit for r in runs if r.commit})
+    if len(commits) == 1:
+        lines.append(f"git checkout {commits[0]}   # project commit of the runs")
+    groups: dict[tuple[str, ...], list[CommandRun]] = {}
+    for r in runs:
+        # A run whose parameters are unknown (no ledger row) shares no loop.
+        alone = () if r.args else (r.run_id,)
+        key = (r.host, r.commit, *alone, *(" ".join(g) for g in r.args))
+        groups.setdefault(key, []).append(r)
+    for members in groups.values():
+        first = members[0]
+        if len(commits) > 1 and first.commit:
+            lines.append(f"git checkout {first.commit}")
+        ids = ", ".join(r.run_id for r in members)
+        pythons = ", ".join(r.interpreter for r in members)
+        lines.append(f"# {first.host}, {pythons} (run{'s' if len(members) > 1 else ''} {ids})")
+        rest = [list(g) for g in first.args]
+        host = f"HOST={shlex.quote(first.host)}"
+        if len(members) == 1:
+            head = host
+            if first.executable:
+                head += f" PYTHON={shlex.quote(first.executable)}"
+            # What is unknown goes in a comment: "<...>" would be a shell redirection.
+            unknown = []
+            if not first.executable:
+                unknown.append(f"{first.interpreter}: PYTHON=<that interpreter>")
+            if not first.args:
+                unknown.append("parameters not recorded, see its run.json")
+            if unknown:  # its own line: a comment would swallow a line continuation
+                lines.append("# " + "; ".join(unknown))
+            lines.append(f"make {target} " + " \\\n    ".join(" ".join(g) for g in [[head], *rest]))
+            continue
+        executables = [shlex.quote(r.executable or "python3") for r in members]
+        lines.append("for py in " + " \\\n    ".join(executables) + "; do")
+        head = f'{host} "PYTHON=$py"'
+        lines.append(f"  make {target} " + " \\\n      ".join(" ".join(g) for g in [[head], *rest]))
+        lines.append("done")
+    return lines
 
 
 def reproduce_commands(data: processed.Processed) -> str:
@@ -217,36 +294,23 @@ def reproduce_commands(data: processed.Processed) -> str:
     str
         A fenced ``sh`` code block (Markdown).
     """
-    lines = []
     heads = data.headline_runs()
-    commits = sorted({str(c) for c in heads["commit"].dropna()})
-    if len(commits) == 1:
-        lines.append(f"git checkout {commits[0]}   # project commit of the runs")
-    if heads["dirty"].fillna(False).astype(bool).any():
-        lines.append("# note: some runs were made from a tree with uncommitted changes (dirty)")
-    # Group the runs whose arguments (and commit) agree except for PYTHON.
-    groups: dict[tuple[str, ...], list[tuple[pd.Series, list[list[str]]]]] = {}
+    runs = []
     for _, r in heads.iterrows():
-        args = _bench_args(data, r)
-        key = (str(r["host"]), str(r["commit"]), *(" ".join(g) for g in args[1:]))
-        groups.setdefault(key, []).append((r, args))
-    for members in groups.values():
-        first, args = members[0]
-        if len(commits) > 1 and not is_na(first["commit"]):
-            lines.append(f"git checkout {first['commit']}")
-        runs = ", ".join(str(r["run_id"]) for r, _ in members)
-        pythons = ", ".join(str(r["interpreter"]) for r, _ in members)
-        lines.append(f"# {first['host']}, {pythons} (run{'s' if len(members) > 1 else ''} {runs})")
-        if len(members) == 1:
-            lines.append("make bench " + " \\\n    ".join(" ".join(g) for g in args))
-            continue
-        executables = [shlex.quote(str(r["python_executable"])) for r, _ in members]
-        lines.append("for py in " + " \\\n    ".join(executables) + "; do")
-        host_line = [args[0][0], '"PYTHON=$py"']
-        lines.append(
-            "  make bench " + " \\\n      ".join(" ".join(g) for g in [host_line, *args[1:]])
+        commit = "" if is_na(r["commit"]) else str(r["commit"])
+        runs.append(
+            CommandRun(
+                str(r["host"]),
+                str(r["run_id"]),
+                str(r["interpreter"]),
+                str(r["python_executable"]),
+                commit,
+                _bench_args(data, r),
+            )
         )
-        lines.append("done")
+    lines = make_commands("bench", runs)
+    if heads["dirty"].fillna(False).astype(bool).any():
+        lines.insert(0, "# note: some runs were made from a tree with uncommitted changes (dirty)")
     lines.append("make report   # rebuilds data/processed, reports/report.html, reports/writeups/")
     return "```sh\n" + "\n".join(lines) + "\n```"
 

@@ -18,13 +18,13 @@ Every section is built from the question's scoped data; a part without data is l
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from kvqueue import schema
 from kvqueue.analysis import ab, stats
 from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import diffs
@@ -60,8 +60,10 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
 def draw(question: Question, name: str, folder: Path, cases: Sequence[str]) -> Path:
     """Draw one figure of the question into ``folder`` and return the PNG's path."""
     if name == "forest":
-        fig = figures.forest(question.data, cases=cases_shown(question.data, cases))
-        return figures.save(fig, folder, name)
+        shown = cases_shown(question.data, cases)
+        key = figures.figure_key(question.data, name, ("summary",), extra=repr(shown))
+        draw_forest = lambda: figures.forest(question.data, cases=shown)  # noqa: E731
+        return figures.cached(key, folder, name, draw_forest)
     return figures.draw(question.data, name, folder)
 
 
@@ -338,7 +340,7 @@ def _history(question: Question) -> list[Section]:
         )
     out += [
         Section("method", "Method", note=history_report.note(versions), detail=True),
-        Section("reproduce", "Reproduce", note=_history_reproduce(data, runs)),
+        Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
     ]
     return out
 
@@ -355,20 +357,12 @@ def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     return list(dict.fromkeys([*named, own]))
 
 
-def _history_reproduce(data: processed.Processed, runs: pd.DataFrame) -> str:
-    lines = []
-    known = data.runs.set_index(["host", "run_id"]) if not data.runs.empty else None
-    for r in runs.itertuples():
-        line = f"make history HOST={shlex.quote(r.host)}"
-        if known is not None and (r.host, r.run_id) in known.index:
-            exe = known.loc[(r.host, r.run_id), "python_executable"]
-            if not is_na(exe):
-                line += f" PYTHON={shlex.quote(str(exe))}"
-        else:
-            line += f"  # {r.interpreter}: PYTHON=<that interpreter>"
-        lines.append(line)
-    lines.append("make report")
-    return "```sh\n" + "\n".join(lines) + "\n```"
+def _commands(target: str, data: processed.Processed, runs: pd.DataFrame) -> str:
+    """The Reproduce block of a history or policy writeup: ``make <target>`` with the
+    parameters each run recorded (:func:`kvqueue.report.prose.make_commands`), then
+    ``make report``."""
+    lines = prose.make_commands(target, prose.ledger_runs(data, runs))
+    return "```sh\n" + "\n".join([*lines, "make report"]) + "\n```"
 
 
 # ---------------------------------------------------------------------------------------
@@ -384,20 +378,39 @@ def _version_rank(interpreter: str) -> tuple[int, ...]:
 def _policy(question: Question) -> list[Section]:
     data = question.data
     table = policy_report.display_table(data.policy)
-    runs = data.policy[["host", "interpreter", "run_id", "regime"]].drop_duplicates()
+    # The steady-state runs the table shows; the older protocol's are named in one line
+    # of the method (policy_report.older_runs) and cannot be repeated by today's code.
+    shown_runs = (
+        data.policy[
+            (data.policy["protocol"] == schema.POLICY_PROTOCOL)
+            & data.policy["headline"].fillna(False).astype(bool)
+        ]
+        if len(data.policy)
+        else data.policy
+    )
+    runs = shown_runs[["host", "interpreter", "run_id", "regime"]].drop_duplicates()
     runs = runs.assign(regime=runs["regime"].fillna(""))
+    older = policy_report.older_runs(data.policy)
     # The note is the method (two paragraphs), then one reading per host × interpreter ×
     # regime (about 1,000 characters each). The first host's newest interpreter, one
     # reading per regime, is the visible answer; every reading is folded below it (eight
     # visible readings took 10,591 characters of 1 host × 4 interpreters' 8,000).
     paragraphs = policy_report.note(data.policy, data.settings.confidence).split("\n\n")
     method, readings = "\n\n".join(paragraphs[:2]), paragraphs[2:]
+    if older and len(table):
+        # The line naming the older protocol's runs belongs to the method, not the answer.
+        method += "\n\n" + readings.pop()
     hosts = sorted(runs["host"].unique())
-    intro = (
-        f"Allocation policies on the churn workload: {len(runs)} run"
-        f"{'s' if len(runs) != 1 else ''} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
-        f" ({', '.join(hosts)}); each run is listed under Reproduce."
-    )
+    older_text = f"{len(older)} run{'s' if len(older) != 1 else ''} of the older protocol"
+    if len(runs):
+        intro = (
+            f"Allocation policies on the churn workload: {len(runs)} steady-state run"
+            f"{'s' if len(runs) != 1 else ''} on {len(hosts)} "
+            f"host{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)}), each listed under "
+            "Reproduce" + (f"; {older_text}, named in the method." if older else ".")
+        )
+    else:
+        intro = f"Allocation policies on the churn workload: no steady-state run; {older_text}."
     newest = sorted(runs["interpreter"].unique(), key=_version_rank)[-1:] if len(runs) else []
     shown = [
         r for r in readings if hosts and any(r.startswith(f"**{hosts[0]}, {i}") for i in newest)
@@ -422,7 +435,7 @@ def _policy(question: Question) -> list[Section]:
         [
             Section(
                 "table",
-                f"Policy × window per host × interpreter ({len(table)} rows)",
+                "Policy × window per host × interpreter",
                 table=table,
                 detail=True,
             )
@@ -438,13 +451,10 @@ def _policy(question: Question) -> list[Section]:
         Section(
             "reproduce",
             "Reproduce",
-            note="```sh\n"
-            + "\n".join(
-                f"make policy HOST={shlex.quote(r.host)}"
-                + (f" REGIME={shlex.quote(r.regime)}" if r.regime else "")
-                + f"  # {r.interpreter}, run {r.run_id}"
-                for r in runs.itertuples()
-            )
-            + "\nmake report\n```",
+            note=_commands("policy", data, runs)
+            if len(runs)
+            else "```sh\nmake policy HOST=<label> REGIME=chat   # a steady-state run (none yet)"
+            "\nmake report\n```",
+            detail=bool(len(runs)),
         ),
     ]
