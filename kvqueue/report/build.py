@@ -25,6 +25,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kvqueue.analysis import ledger, rawdata
@@ -218,22 +219,27 @@ def report(
         "figures_dir": str(figures_dir),
         **settings.to_dict(),
     }
-    try:
-        execute_notebook(notebook.resolve(), executed, parameters)
-    except Exception as exc:  # papermill wraps kernel errors; show one line, keep the file
-        first = str(exc).strip().splitlines()
-        reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
-        print(
-            f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
-            file=sys.stderr,
-        )
-        return 1
-    now = stage("notebook executed", now)
+    # The writeups need only the processed tables: they are written in a thread of this
+    # process while the notebook's kernel (another process) runs, on the other vCPU.
+    # Both draw through the figure cache, so a figure they share is drawn once.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeups") as pool:
+        writing = pool.submit(writeup.write_writeups, data, out, cases)
+        try:
+            execute_notebook(notebook.resolve(), executed, parameters)
+        except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
+            first = str(exc).strip().splitlines()
+            reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
+            print(
+                f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
+                file=sys.stderr,
+            )
+            return 1
+        now = stage("notebook executed (writeups written beside it)", now)
+        paths = writing.result()  # newest question first
+        now = stage("writeups written", now)
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
-    now = stage("HTML rendered", now)
-    paths = writeup.write_writeups(data, out, cases)  # newest question first
-    stage("writeups written", now)
+    stage("HTML rendered", now)
     print(f"report: {html_path}")
     for path in paths:
         print(f"writeup: {path}")

@@ -499,6 +499,8 @@ def save(fig: Figure, folder: Path | str, name: str) -> Path:
 
 #: Cached PNGs kept per figure name (the report's and the writeups' own versions).
 _CACHE_KEEP = 12
+#: The figure cache's folder in the report folder (``reports/.figure-cache``).
+CACHE_FOLDER = ".figure-cache"
 
 
 @functools.cache
@@ -536,13 +538,14 @@ def cached(
     """``<folder>/<name>.png`` from the cache when a figure of the same ``key`` was
     drawn before, else drawn by ``make``, saved and cached.
 
-    The cache (``cache``, default ``<folder>/../.figure-cache``) survives the build's
+    The cache (``cache``, default ``<folder>/../.figure-cache``: ``reports/.figure-cache``
+    for the report's figures, which the writeups share) survives the build's
     removal of stale figures: redrawing every figure took ~20 s of a report build, and
     one new run changes only the figures of its question. Drawing is deterministic
     (seeded jitter, no timestamps), so a cached PNG is the PNG a redraw gives.
     """
     out = Path(folder)
-    store = cache or out.parent / ".figure-cache"
+    store = cache or out.parent / CACHE_FOLDER
     hit = store / f"{name}-{key}.png"
     path = out / f"{name}.png"
     if hit.is_file():
@@ -576,7 +579,9 @@ def _evict(store: Path, name: str, keep: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
+def draw(
+    data: processed.Processed, name: str, folder: Path | str, cache: Path | None = None
+) -> Path:
     """Draw figure ``name`` (a key of :data:`FIGURES`), save it as PNG, return the path
     (from the cache when its tables, settings and code are unchanged: :func:`cached`).
 
@@ -588,6 +593,8 @@ def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
         A key of :data:`FIGURES`.
     folder
         Output folder (``reports/figures``).
+    cache
+        The figure cache (default: ``<folder>/../.figure-cache``).
 
     Returns
     -------
@@ -595,7 +602,7 @@ def draw(data: processed.Processed, name: str, folder: Path | str) -> Path:
     """
     spec = FIGURES[name]
     key = figure_key(data, name, spec.tables)
-    return cached(key, folder, name, lambda: spec.draw(data))
+    return cached(key, folder, name, lambda: spec.draw(data), cache=cache)
 
 
 def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:

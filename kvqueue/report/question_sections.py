@@ -57,14 +57,17 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
     return list(_FIGURES[question.kind])
 
 
-def draw(question: Question, name: str, folder: Path, cases: Sequence[str]) -> Path:
-    """Draw one figure of the question into ``folder`` and return the PNG's path."""
+def draw(
+    question: Question, name: str, folder: Path, cases: Sequence[str], cache: Path | None = None
+) -> Path:
+    """Draw one figure of the question into ``folder`` (or copy it from the figure
+    ``cache``: :func:`kvqueue.report.figures.cached`) and return the PNG's path."""
     if name == "forest":
         shown = cases_shown(question.data, cases)
         key = figures.figure_key(question.data, name, ("summary",), extra=repr(shown))
         draw_forest = lambda: figures.forest(question.data, cases=shown)  # noqa: E731
-        return figures.cached(key, folder, name, draw_forest)
-    return figures.draw(question.data, name, folder)
+        return figures.cached(key, folder, name, draw_forest, cache=cache)
+    return figures.draw(question.data, name, folder, cache=cache)
 
 
 def build(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> list[Section]:

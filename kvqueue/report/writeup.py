@@ -13,7 +13,6 @@ uploads the PNGs). The sections come from :mod:`kvqueue.report.question_sections
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -179,8 +178,11 @@ def write_writeups(
     for stale in folder.glob("*.md"):
         if stale.stem not in keep:
             stale.unlink()
-    # A kind with one question: its figure is the report's own (reports/figures/).
+    # A kind with one question: its figure is the report's own, drawn from the whole
+    # data, so the figure cache (shared with the report's notebook, which may be
+    # drawing it at the same time) holds it once.
     only = {kind: sum(q.kind == kind for q in found) == 1 for kind in _KINDS}
+    cache = Path(out_dir) / figures.CACHE_FOLDER
     paths = []
     for q in found:
         files: dict[str, Path] = {}
@@ -189,14 +191,12 @@ def write_writeups(
             for stale in fig_dir.glob("*.png"):
                 stale.unlink()
             for name in question_sections.figure_names(q, cases):
-                drawn = Path(out_dir) / "figures" / f"{name}.png"
-                if only[q.kind] and name in _WHOLE_DATA_FIGURES and drawn.is_file():
-                    # The report drew this very figure from the same headline runs: the
-                    # history figure takes ~5 s to draw on the committed data.
-                    fig_dir.mkdir(parents=True, exist_ok=True)
-                    files[name] = Path(shutil.copyfile(drawn, fig_dir / drawn.name))
+                if only[q.kind] and name in _WHOLE_DATA_FIGURES:
+                    # The report's very figure (the history figure takes ~5 s to draw
+                    # on the committed data): from the cache, or drawn once.
+                    files[name] = figures.draw(data, name, fig_dir, cache=cache)
                 else:
-                    files[name] = question_sections.draw(q, name, fig_dir, cases)
+                    files[name] = question_sections.draw(q, name, fig_dir, cases, cache)
         path = folder / f"{q.slug}.md"
         path.write_text(question_writeup(q, cases, files, q.slug), encoding="utf-8")
         paths.append(path)
