@@ -120,6 +120,15 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 _SUBPROCESS_FIXTURES = {"run_cli"}
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_budget_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts without KVQUEUE_BUDGET_START: the bench and history commands set
+    it in os.environ, and a command run in-process by an earlier test left it behind, so
+    a later bench run counted its MAX_MINUTES from minutes ago (the runner test then
+    planned 6 processes instead of 8, "capped by max_minutes", in a full suite)."""
+    monkeypatch.delenv("KVQUEUE_BUDGET_START", raising=False)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests that start a subprocess through a shared fixture as ``slow``, so that
     ``make test-fast`` (``-m "not slow"``) leaves them out without a mark per test."""
