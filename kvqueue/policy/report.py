@@ -319,6 +319,7 @@ def figure(policy: pd.DataFrame) -> Figure:
 def _figure(df: pd.DataFrame) -> Figure:
     import seaborn as sns
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     runs = _runs(df)
     panels = max(1, len(runs))
@@ -370,6 +371,10 @@ def _figure(df: pd.DataFrame) -> Figure:
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
         ax.set_xscale("log")
         ax.set_yscale("log")  # ratios: 2x fewer and 2x more are the same distance
+        # Plain 1-2-5 labels ("2×"), not matplotlib's "2 × 10⁰" of a log axis.
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}×"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
         # The estimates set the scale; a band from two processes can span decades and
         # would flatten every curve (it is clipped at the panel's edge instead).
         shown = curve[curve["metric"].isin(["desc_reduction", "runs_reduction"])]["estimate"]
