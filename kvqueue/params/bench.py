@@ -33,7 +33,7 @@ from kvqueue.params.checks import (
     no_duplicates,
     whole,
 )
-from kvqueue.params.spec import param, spec_of
+from kvqueue.params.spec import param
 
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
 MAX_SAMPLES = 1000
@@ -157,14 +157,7 @@ def make_assignments(record: Mapping[str, Any]) -> list[tuple[str, str]]:
         ``(MAKE_VARIABLE, text)`` in field order; texts parse back with
         :func:`kvqueue.params.spec.parse_value` to the recorded values.
     """
-    out = []
-    for f in bench_fields():
-        if f.name in _NOT_ASSIGNED:
-            continue
-        text = spec.assignment_text(record.get(f.name, LEGACY_RECORD_VALUES.get(f.name)))
-        if text is not None:  # no value means the default, which is what the run used
-            out.append((spec_of(f).make, text))
-    return out
+    return spec.make_assignments(bench_fields(), record, _NOT_ASSIGNED, LEGACY_RECORD_VALUES)
 
 
 #: What QUICK=1 changes, unless a value was given explicitly: a smoke run in seconds.

@@ -215,14 +215,7 @@ def make_assignments(record: Mapping[str, Any]) -> list[tuple[str, str]]:
         ``(MAKE_VARIABLE, text)`` in field order; texts parse back with
         :func:`kvqueue.params.spec.parse_value` to the recorded values.
     """
-    out = []
-    for f in policy_fields():
-        if f.name in _NOT_ASSIGNED:
-            continue
-        text = spec.assignment_text(record.get(f.name))
-        if text is not None:  # no value means the default, which is what the run used
-            out.append((spec_of(f).make, text))
-    return out
+    return spec.make_assignments(policy_fields(), record, _NOT_ASSIGNED)
 
 
 def from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:

@@ -163,6 +163,31 @@ def assignment_text(value: Any) -> str | None:
     return str(value)
 
 
+def make_assignments(
+    fields: Iterable[Any],
+    record: Mapping[str, Any],
+    skip: Iterable[str] = (),
+    legacy: Mapping[str, Any] | None = None,
+) -> list[tuple[str, str]]:
+    """The Make assignments that give ``record``'s values back (a run's ``run.json``
+    ``parameters``), in field order, every field but ``skip`` written out; a field the
+    record lacks takes its ``legacy`` value or is left out (the default).
+
+    Returns
+    -------
+    list of (str, str)
+        ``(MAKE_VARIABLE, text)``; texts parse back with :func:`parse_value`.
+    """
+    out = []
+    for f in fields:
+        if f.name in skip:
+            continue
+        text = assignment_text(record.get(f.name, (legacy or {}).get(f.name)))
+        if text is not None:  # no value means the default, which is what the run used
+            out.append((spec_of(f).make, text))
+    return out
+
+
 def literal(value: Any) -> str:
     """A default as the Python literal of a notebook's ``parameters`` cell."""
     if isinstance(value, tuple):
