@@ -7,6 +7,7 @@ written from the contract, i.e. the behaviour of ``kvqueue/subject/ours.py``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,14 @@ from kvqueue.sources.cache import MEMBER
 
 # One bench lock per test session (inherited by the CLI subprocesses): the suite's tiny
 # benches then never wait for, or refuse because of, a bench running elsewhere.
-os.environ["KVQUEUE_LOCK_FILE"] = str(Path(tempfile.mkdtemp(prefix="kvq-lock-")) / "bench.lock")
+_LOCK_DIR = Path(tempfile.mkdtemp(prefix="kvq-lock-"))
+os.environ["KVQUEUE_LOCK_FILE"] = str(_LOCK_DIR / "bench.lock")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's lock folder (163 of them had piled up in /tmp)."""
+    shutil.rmtree(_LOCK_DIR, ignore_errors=True)
+
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent

@@ -336,7 +336,9 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     shown = policy_report.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0].startswith("2.0")
-    assert "net gain" in policy_report.note(table, 0.95)
+    note = policy_report.note(table, 0.95)
+    assert "net gain" in note
+    assert "The largest steady-state reduction, `contig-w4` at 2.0" in note
 
 
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
@@ -347,7 +349,11 @@ def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     shown = policy_report.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0] == "not settled"
-    assert "not settled" in policy_report.note(table, 0.95)
+    note = policy_report.note(table, 0.95)
+    assert "not settled" in note
+    # An unsettled window is never called a steady-state reduction.
+    assert "largest steady-state reduction" not in note
+    assert "No window settled, so there is no steady-state reduction" in note
 
 
 def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None:
@@ -462,6 +468,8 @@ def test_a_broken_queue_is_refused_by_the_gate_in_one_line(tmp_path: Path, broke
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("make policy: policy refused by the bench gate: gate FAIL")
+    # ... and says why: the FAIL line, then the first line of the gate's error.
+    assert re.search(r"sha256 [0-9a-f]{16}: \S", last), last
     assert not raw.exists()
 
 

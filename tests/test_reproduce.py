@@ -135,6 +135,27 @@ def test_history_assignments_keep_releases_and_newest_and_leave_what_it_chooses(
     assert "RELEASES" not in plain and "NEWEST" not in plain
 
 
+def test_a_history_runs_newest_git_ref_is_pinned_to_its_commit() -> None:
+    from kvqueue.analysis import ledger
+    from kvqueue.params import history as history_params
+
+    bench = history_params.from_text({"host": "h"}).record()
+    commit = "c" * 40
+    meta = {
+        "kind": "history",
+        "parameters": bench,
+        "history": {"versions": [{"label": "mine", "source": "git:/tmp/v@mine"}]},
+        "variants": [
+            {"source": "git:/tmp/v@mine", "resolved_path": f"/tmp/v@{commit}:vllm/x.py"},
+            {"source": "vllm==0.32.0", "resolved_path": "/cache/vllm-0.32.0.whl:vllm/x.py"},
+        ],
+    }
+    assert dict(ledger.make_command(meta)[2])["NEWEST"] == f"mine=git:/tmp/v@{commit}"
+    # Without a recorded commit the ref stays as given.
+    meta["variants"] = meta["variants"][1:]
+    assert dict(ledger.make_command(meta)[2])["NEWEST"] == "mine=git:/tmp/v@mine"
+
+
 def test_ledger_names_the_command_of_every_kind() -> None:
     from kvqueue.analysis import ledger
     from kvqueue.params import policy as policy_params

@@ -770,6 +770,10 @@ def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     assert mutant.names_op in result.error, result.error
     assert "expected:" in result.error and "got:" in result.error, result.error
     assert result.line().startswith("FAIL")
+    # The summary names the size that failed, not only the sizes passed before it.
+    assert result.failed_size == mutant.first_size
+    assert f"FAILED at {mutant.first_size:,}" in result.line()
+    assert base_result.failed_size is None and "FAILED" not in base_result.line()
 
 
 def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
@@ -782,7 +786,7 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
     base, broken = json.loads(proc.stdout)["results"]
     assert base["ok"] and base["sizes"] == list(sizes.DEFAULT_SIZES)
     assert base["size_ops_checked"] == 3 * 15_000
-    assert not broken["ok"] and broken["sizes"] == []
+    assert not broken["ok"] and broken["sizes"] == [] and broken["failed_size"] == 64
     assert broken["error"].startswith("size 64: operation #"), broken["error"]
     assert "popleft_n(1): block " in broken["error"]
     assert "is not in the queue but its links are not cleared" in broken["error"]

@@ -407,6 +407,18 @@ def test_reproduce_keeps_names_and_pins_commits(fixture_data: processed.Processe
     assert "@main" not in reproduce and "@mine " not in reproduce
 
 
+def test_the_overview_names_the_pairs_its_runs_compare(fixture_data: processed.Processed) -> None:
+    """report.html's first line names a contributor's pair, not the default pairs."""
+    data = dataclasses.replace(
+        _renamed(fixture_data),
+        settings=fixture_data.settings,  # the default pairs
+    )
+    intro = sections.intro_note(data)
+    assert "`mine` vs `base`" in intro
+    assert "vllm==0.32.0" not in intro and "vllm==0.31.0" not in intro
+    assert "`vllm==0.32.0` vs `vllm==0.31.0`" in sections.intro_note(fixture_data)
+
+
 def test_cases_are_selectable(fixture_data: processed.Processed) -> None:
     default = _writeup(fixture_data)
     assert "remove ·" not in default

@@ -32,7 +32,6 @@ with ``kind`` ``"pair"`` or ``"aa"`` (an A/A duplicate ``X#2`` vs ``X``: the noi
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -338,15 +337,10 @@ def _release_check(variant: dict[str, Any], digests: dict[str, dict[str, int]]) 
     return "consistent"
 
 
-#: ``resolved_path`` of a git source (kvqueue.sources.loader): ``REPO@COMMIT:MEMBER``.
-_GIT_RESOLVED = re.compile(r"@([0-9a-f]{40}):")
-
-
 def _git_commit(resolved: object) -> Any:
-    """The commit a ``git:REPO@REF`` variant was read at, from its ``resolved_path``
-    (missing for any other source)."""
-    found = _GIT_RESOLVED.search(str(resolved or ""))
-    return found.group(1) if found else pd.NA
+    """The commit a ``git:REPO@REF`` variant was read at (missing for any other source)."""
+    commit = schema.git_commit_of(resolved)
+    return pd.NA if commit is None else commit
 
 
 def variants_table(raw: rawdata.RawData) -> pd.DataFrame:

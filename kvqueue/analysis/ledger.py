@@ -63,7 +63,13 @@ def make_command(meta: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str
         kind == schema.KIND_COUNTS and meta.get("question") == "history"
     ):
         record = history if isinstance(history, Mapping) else {}
-        return "history", executable, history_params.make_assignments(parameters, record)
+        commits = {
+            str(v.get("source")): commit
+            for v in meta.get("variants") or ()
+            if isinstance(v, Mapping) and (commit := schema.git_commit_of(v.get("resolved_path")))
+        }
+        assignments = history_params.make_assignments(parameters, record, commits)
+        return "history", executable, assignments
     return "bench", executable, bench_params.make_assignments(parameters)
 
 

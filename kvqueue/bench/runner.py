@@ -35,6 +35,7 @@ from kvqueue.bench.checks import check
 from kvqueue.bench.runfiles import RunWriter
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.gate import model
+from kvqueue.gate.gate import sizes_summary as gate_sizes
 from kvqueue.params.bench import BUDGET_START_ENV, BenchParams, Checked
 from kvqueue.params.report import DEFAULT_PAIRS
 from kvqueue.schema import MIN_POOL
@@ -234,11 +235,11 @@ def run_gate(
     lines = []
     for result in report["results"]:
         status = "PASS" if result["ok"] else "FAIL"
+        sized = result.get("size_ops_checked", 0)
         lines.append(
             f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
             f"{result['invalid_compared']} invalid ops, "
-            f"+{result.get('size_ops_checked', 0):,} at sizes "
-            f"{'/'.join(map(str, result.get('sizes') or [])) or '-'}, "
+            f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
             f"sha256 {result['sha256'][:16]}"
         )
         lines += [f"    note: {note}" for note in result.get("skipped") or ()]

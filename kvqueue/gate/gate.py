@@ -76,6 +76,9 @@ class GateResult:
     skipped: tuple[str, ...] = ()
     #: With ``invalid="record"``: the first line of each differing scenario.
     invalid_differs: tuple[str, ...] = ()
+    #: The queue size whose timed-size run (part 2) failed, or None: ``sizes`` lists
+    #: only the sizes passed, so a summary without it named the wrong size.
+    failed_size: int | None = None
 
     def line(self) -> str:
         """One human-readable line, as printed by ``python -m kvqueue validate``."""
@@ -85,7 +88,7 @@ class GateResult:
             "bound": "invalid ops skipped (bound)",
         }.get(self.role, f"{self.invalid_compared} invalid ops compared")
 
-        sized = f"+{self.size_ops_checked:,} at sizes {'/'.join(map(str, self.sizes)) or '-'}"
+        sized = sizes_summary(self.size_ops_checked, self.sizes, self.failed_size)
         return (
             f"{status}  {self.label:<16} {self.ops_checked:>7,} ops checked  {sized:<34} "
             f"{invalid:<32} sha256 {self.sha256}  {self.seconds:5.1f} s"
@@ -161,6 +164,7 @@ def gate(
         skipped_by: dict[str, int] = {}
         sized_seconds = 0.0
         covered: list[int] = []
+        failed_size = None
         error = None
         phase = "model"
         try:
@@ -185,14 +189,18 @@ def gate(
             phase = "sizes"
             sized_start = time.perf_counter()
             for size in sizes:
+                failed_size = size  # until it passes
                 sized_ops += size_check(variant, size, per_size, seed)
                 covered.append(size)
+            failed_size = None
         except ValidationError as exc:
             error = str(exc)
             if phase == "model":
                 checked = exc.passed
             elif phase == "sizes":
                 sized_ops += exc.passed
+        if phase != "sizes" or error is None:
+            failed_size = None
         if phase == "sizes":
             sized_seconds = time.perf_counter() - sized_start
         results.append(
@@ -212,10 +220,21 @@ def gate(
                 invalid_skipped=invalid_skipped,
                 invalid_references=references,
                 invalid_differs=differs,
+                failed_size=failed_size,
                 skipped=_skipped_notes(variant, role, invalid_skipped, skipped_by),
             )
         )
     return results
+
+
+def sizes_summary(ops: int, passed: Sequence[int], failed: int | None = None) -> str:
+    """``+15,002 at sizes 64/4096`` plus ``, FAILED at 32,768`` for a size that failed.
+
+    Shared by :meth:`GateResult.line` and the bench's gate lines (built from the JSON
+    record).
+    """
+    out = f"+{ops:,} at sizes {'/'.join(map(str, passed)) or '-'}"
+    return out if failed is None else f"{out}, FAILED at {failed:,}"
 
 
 def _skipped_notes(

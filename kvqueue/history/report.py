@@ -156,6 +156,7 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     matplotlib.figure.Figure
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
     if head.empty:
@@ -204,6 +205,10 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
             ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
             # Log scale: a step is the same height wherever it lies (0.9.2 is ~5x 0.32.0).
             ax.set_yscale("log")
+            # Plain 1-2-5 labels ("2,000", not "2 × 10³"): read off without arithmetic.
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
             ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
             pos = {v: k for k, v in enumerate(sub["version"])}
             shown = sig[

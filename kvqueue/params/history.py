@@ -15,6 +15,7 @@ from typing import Any
 from kvqueue.errors import BenchInputError
 from kvqueue.params import bench
 from kvqueue.params.spec import ENV_PREFIX, spec_of
+from kvqueue.schema import pin_git_ref
 
 #: Make variable with the releases to time ('' = every release with the queue).
 RELEASES = "RELEASES"
@@ -87,7 +88,9 @@ def newest_from_text(text: str | None) -> str | None:
 
 
 def make_assignments(
-    parameters: Mapping[str, Any], history: Mapping[str, Any]
+    parameters: Mapping[str, Any],
+    history: Mapping[str, Any],
+    commits: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The Make variables that repeat a history run: its bench ``parameters`` as
     :func:`kvqueue.params.bench.make_assignments` writes them (``VARIANTS`` and ``AA``,
@@ -101,6 +104,9 @@ def make_assignments(
         ``run.json`` ``parameters``.
     history
         ``run.json`` ``history`` (``releases_given``, ``releases_probed``, ``versions``).
+    commits
+        Source -> the commit a ``git:REPO@REF`` source was read at: ``NEWEST``'s ref is
+        pinned to it (a branch names another commit tomorrow).
     """
     chosen = {spec_of(f).make for f in bench.bench_fields() if f.name in CHOSEN}
     out = [(var, text) for var, text in bench.make_assignments(parameters) if var not in chosen]
@@ -108,6 +114,9 @@ def make_assignments(
         out.append((RELEASES, " ".join(str(r) for r in history.get("releases_probed", []))))
     own = [v for v in history.get("versions", []) if v.get("source")]
     if own:
-        label, source = str(own[0].get("label", "")), str(own[0]["source"])
+        label, given = str(own[0].get("label", "")), str(own[0]["source"])
+        source = pin_git_ref(given, (commits or {}).get(given))
+        if label == given:
+            label = source
         out.append((NEWEST, source if label in ("", source) else f"{label}={source}"))
     return out

@@ -119,8 +119,23 @@ def run_bench_gate(p: PolicyParams, pool: int) -> list[dict[str, Any]]:
         return runner.run_gate(params)
     except GateRefused as exc:
         lines = str(exc).splitlines()
-        failing = next((ln for ln in lines if ln.startswith("gate FAIL")), lines[-1])
-        raise GateRefused(f"policy refused by the bench gate: {failing.strip()}") from None
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("gate FAIL")), None)
+        if at is None:
+            failing = lines[-1].strip()
+        else:
+            # The FAIL line, then the first line of its error (indented under it).
+            under = lines[at + 1 :]
+            under = under[: next((i for i, ln in enumerate(under) if ln.startswith("gate ")), None)]
+            why = next(
+                (
+                    ln.strip()
+                    for ln in under
+                    if ln.startswith("    ") and not ln.strip().startswith(("note:", "differs"))
+                ),
+                "",
+            )
+            failing = lines[at].strip() + (f": {why}" if why else "")
+        raise GateRefused(f"policy refused by the bench gate: {failing}") from None
 
 
 def process_seeds(seed: int, processes: int) -> list[int]:

@@ -115,9 +115,7 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
         first, second = _halves(grp)
         for name in policy_order(grp["policy"]):
             steady = _get(grp, name, "desc_reduction")
-            settled = _get(grp, name, "settled")
-            ok = settled is not None and settled["estimate"] == 1.0
-            if ok or name == LRU:
+            if _is_settled(grp, name) or name == LRU:
                 headline = _cell(steady, 2)
             elif steady is not None and not _judgeable(grp, name):
                 headline = _cell(steady, 2)  # "2.00 [n/a (too few processes)]": undecided
@@ -232,13 +230,12 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
     pieces = []
     for name in names:
         red = _get(grp, name, "desc_reduction")
-        settled = _get(grp, name, "settled")
         net = _get(grp, name, "net_ns")
         added = _get(grp, name, "ns_added")
         saved = _get(grp, name, "ns_saved")
         if red is None or net is None or added is None or saved is None:
             continue
-        if settled is not None and settled["estimate"] == 1.0:
+        if _is_settled(grp, name):
             interval = fmt_interval(red["ci_low"], red["ci_high"], lambda v: f"{v:.2f}")
             state = f"{red['estimate']:.2f}× fewer {interval}"
         elif not _judgeable(grp, name):
@@ -259,11 +256,9 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         )
     parts.append("Steady state: " + "; ".join(pieces) + ".")
     lo, hi = PR_REDUCTION
-    best = max(
-        (r for n in names if (r := _get(grp, n, "desc_reduction")) is not None),
-        key=lambda r: r["estimate"],
-        default=None,
-    )
+    reductions = [r for n in names if (r := _get(grp, n, "desc_reduction")) is not None]
+    settled_ones = [r for r in reductions if _is_settled(grp, r["policy"])]
+    best = max(settled_ones or reductions, key=lambda r: r["estimate"], default=None)
     if best is not None and math.isfinite(best["ci_low"]):
         where = (
             "below"
@@ -272,11 +267,23 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
             if best["ci_low"] > hi
             else "in the range of"
         )
+        which = (
+            "The largest steady-state reduction"
+            if settled_ones
+            else "No window settled, so there is no steady-state reduction; the largest "
+            "over both halves (still changing)"
+        )
         parts.append(
-            f"The largest steady-state reduction, `{best['policy']}` at "
-            f"{best['estimate']:.2f}×, is {where} the {lo}–{hi}× of the PR's cluster run."
+            f"{which}, `{best['policy']}` at {best['estimate']:.2f}×, is {where} the "
+            f"{lo}–{hi}× of the PR's cluster run."
         )
     return " ".join(parts)
+
+
+def _is_settled(grp: pd.DataFrame, name: str) -> bool:
+    """Whether ``name``'s two halves agree within their intervals (``settled`` is 1)."""
+    settled = _get(grp, name, "settled")
+    return settled is not None and settled["estimate"] == 1.0
 
 
 def _us(row: pd.Series) -> str:

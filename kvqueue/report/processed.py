@@ -25,6 +25,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -289,7 +290,10 @@ def _run_key(run: rawdata.Run, settings: ReportSettings, code: str) -> dict[str,
 
 
 def cached_run_analysis(
-    processed_dir: Path | str, settings: ReportSettings, progress: Progress | None = None
+    processed_dir: Path | str,
+    settings: ReportSettings,
+    progress: Progress | None = None,
+    analysed_ahead: set[str] | None = None,
 ) -> Callable[[rawdata.Run], dict[str, pd.DataFrame]]:
     """``run -> ab.analyze_run(run, settings)``, cached per run folder.
 
@@ -298,10 +302,12 @@ def cached_run_analysis(
     settings, :func:`code_hash`). A key that differs, or a file that does not load, is
     recomputed and rewritten; pickle keeps every float exactly, so the combined tables
     are byte-identical to a computation from scratch. ``progress`` gets one line per run
-    (analysed, with its time, or reused).
+    (analysed, with its time, or reused), except for the runs of ``analysed_ahead``
+    (:func:`analyse_ahead` named them).
     """
     code = code_hash()
     say = progress or (lambda _line: None)
+    ahead = set(analysed_ahead or ())
 
     def compute(run: rawdata.Run) -> dict[str, pd.DataFrame]:
         path = Path(processed_dir) / RUN_CACHE / run.host / run.run_id / _RUN_CACHE_FILE
@@ -314,10 +320,92 @@ def cached_run_analysis(
 
         tables = _cached(path, _run_key(run, settings, code), analyse)
         took = f" ({time.perf_counter() - started:.1f} s)" if fresh else ""
-        say(f"processed: {'analysed' if fresh else 'reused'} {run.host}/{run.run_id}{took}")
+        if fresh or f"{run.host}/{run.run_id}" not in ahead:  # else said by analyse_ahead
+            say(f"processed: {'analysed' if fresh else 'reused'} {run.host}/{run.run_id}{took}")
         return tables
 
     return compute
+
+
+#: Worker processes of :func:`analyse_ahead`: one per CPU, at most this many.
+MAX_WORKERS = 4
+#: The runs a forked worker of :func:`analyse_ahead` analyses (set before the fork, so
+#: a worker reads them from its copy of the parent's memory instead of a pickle).
+_AHEAD: list[tuple[rawdata.Run, Path, dict[str, Any], ReportSettings]] = []
+
+
+def _analyse_one_ahead(index: int) -> float:
+    """A forked worker's part of :func:`analyse_ahead`: analyse run ``index`` into its
+    cache file; return the seconds it took."""
+    run, path, key, settings = _AHEAD[index]
+    started = time.perf_counter()
+    _cached(path, key, lambda: ab.analyze_run(run, settings))
+    return time.perf_counter() - started
+
+
+def analyse_ahead(
+    runs: list[rawdata.Run],
+    processed_dir: Path | str,
+    settings: ReportSettings,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> set[str]:
+    """Fill the per-run cache of :func:`cached_run_analysis` for ``runs`` whose entry is
+    missing or stale, in forked worker processes, one per CPU.
+
+    Each run's analysis is independent and seeded by the settings alone, so the tables
+    are the same as a computation in this process. Where fork is unavailable, with
+    other threads running, with one CPU or at most one run to analyse, nothing happens
+    here (the serial path analyses them). Returns the ``"<host>/<run_id>"`` of each run
+    analysed here.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    code = code_hash()
+    stale = []
+    for run in runs:
+        path = Path(processed_dir) / RUN_CACHE / run.host / run.run_id / _RUN_CACHE_FILE
+        key = _run_key(run, settings, code)
+        if _stored_key(path) != key:
+            stale.append((run, path, key, settings))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = min(workers or cpus or 1, MAX_WORKERS, len(stale))
+    # Fork only a process without other threads (a thread holding a lock at the fork
+    # would leave it held in the child): a Jupyter kernel has several, `make report`'s
+    # process has one here.
+    if (
+        n < 2
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.active_count() > 1
+    ):
+        return set()
+    say = progress or (lambda _line: None)
+    done = set()
+    _AHEAD[:] = stale
+    try:
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(_analyse_one_ahead, i): i for i in range(len(stale))}
+            for count, future in enumerate(as_completed(futures), 1):
+                run = stale[futures[future]][0]
+                took = future.result()
+                done.add(f"{run.host}/{run.run_id}")
+                say(
+                    f"processed: analysed {run.host}/{run.run_id} ({took:.1f} s; "
+                    f"{count}/{len(stale)}, {n} processes)"
+                )
+    finally:
+        _AHEAD.clear()
+    return done
+
+
+def _stored_key(path: Path) -> Any:
+    """The key a cache file of :func:`_cached` was written under (None if unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            return pickle.load(fh)["key"]
+    except Exception:  # missing, truncated or from another version
+        return None
 
 
 def cached_samples(processed_dir: Path | str) -> rawdata.SamplesReader:
@@ -416,8 +504,14 @@ def build(
         f"processed: read {len(raw.runs) + len(raw.unreadable)} run folders "
         f"({time.perf_counter() - started:.1f} s)"
     )
-    tables = ab.analyze(raw, settings, git, cached_run_analysis(processed_dir, settings, say))
     checked = ab.with_git_state(raw, git)
+    # From scratch the per-run analysis was 17 of the 24 s of this stage, one run after
+    # another: the runs to analyse go to one process per CPU first.
+    ahead = analyse_ahead(
+        list(checked.of_kind(schema.KIND_BENCH).included), processed_dir, settings, say
+    )
+    per_run = cached_run_analysis(processed_dir, settings, say, ahead)
+    tables = ab.analyze(raw, settings, git, per_run)
     problems = _policy_problems(checked)
     policy_ok = {
         f"{r.host}/{r.run_id}"

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from kvqueue import schema
 from kvqueue.analysis import ab, stats
 from kvqueue.formatting import fmt_pct, is_na
 from kvqueue.report import check_tables, processed
@@ -174,8 +175,7 @@ def _variant_arg(label: str, source: str, commit: object) -> str:
     """One ``VARIANTS`` word as the run recorded it: ``label=source`` when the label was
     given (``mine=git:REPO@mine``), and a git ref pinned to the commit it resolved to
     (a branch names another commit tomorrow)."""
-    if not is_na(commit) and str(commit) and source.startswith("git:") and "@" in source:
-        source = source.rsplit("@", 1)[0] + "@" + str(commit)
+    source = schema.pin_git_ref(source, None if is_na(commit) else str(commit))
     return source if label == source else f"{label}={source}"
 
 

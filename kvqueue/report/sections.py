@@ -22,6 +22,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.analysis import stats
+from kvqueue.analysis.comparisons import PAIR
 from kvqueue.formatting import ci_header
 from kvqueue.history import report as history_report
 from kvqueue.policy import report as policy_report
@@ -104,7 +105,7 @@ class Section:
 
 def intro_note(data: processed.Processed) -> str:
     """What is compared, and what the numbers mean (under the title)."""
-    pairs = _and_list([f"`{c}` vs `{b}`" for c, b in data.settings.pairs])
+    pairs = _and_list([f"`{c}` vs `{b}`" for c, b in compared_pairs(data)])
     heads = data.headline_runs()
     if heads.empty:
         return (
@@ -120,6 +121,20 @@ def intro_note(data: processed.Processed) -> str:
         "(newest full-protocol run of each). *Reduction*: the share of time the candidate saves, "
         "1 − median per-process time ratio candidate/baseline (> 0: faster)."
     )
+
+
+def compared_pairs(data: processed.Processed) -> list[tuple[str, str]]:
+    """The A/B pairs the headline runs compare (main phase), the settings' pairs first;
+    the settings' pairs when no headline run compares any (a contributor's
+    ``VARIANTS="base=... mine=..."`` pair is named although it is no default pair)."""
+    s = data.summary
+    if s.empty:
+        return list(data.settings.pairs)
+    main = s[(s["kind"] == PAIR) & (s["phase"] == "main") & s["headline"].fillna(False)]
+    found = list(dict.fromkeys(zip(main["candidate"], main["baseline"], strict=True)))
+    found = [(str(c), str(b)) for c, b in found]
+    ordered = [p for p in data.settings.pairs if p in found]
+    return [*ordered, *(p for p in found if p not in ordered)] or list(data.settings.pairs)
 
 
 def summary_note(data: processed.Processed) -> str:
