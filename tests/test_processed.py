@@ -49,6 +49,23 @@ def test_processed_files_byte_identical_on_rebuild(fixture_raw: Path, tmp_path: 
         assert b"\r\n" not in content, name
 
 
+def test_worker_processes_give_the_tables_of_one_process(
+    fixture_raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs read and analysed in forked workers (processed.prepare_ahead) give the
+    same bytes as one process doing it all; a second build reuses every cache."""
+    lines: list[str] = []
+    processed.build(fixture_raw, tmp_path / "ahead", FAST, progress=lines.append)
+    runs = rawdata.read_raw(fixture_raw, strict=False).runs
+    bench_runs = sum(r.kind == "bench" and r.complete for r in runs)
+    ahead = [ln for ln in lines if ln.startswith("processed: read and analysed ")]
+    assert len(ahead) >= bench_runs >= 2, lines
+    assert processed.prepare_ahead(fixture_raw, tmp_path / "ahead", FAST, {}) == set()
+    monkeypatch.setattr(processed, "MAX_WORKERS", 1)  # one process does it all
+    processed.build(fixture_raw, tmp_path / "serial", FAST)
+    assert _files(tmp_path / "ahead") == _files(tmp_path / "serial")
+
+
 def test_processed_files_do_not_depend_on_raw_location(fixture_raw: Path, tmp_path: Path) -> None:
     copy = tmp_path / "elsewhere" / "raw"
     copy.parent.mkdir()

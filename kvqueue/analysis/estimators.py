@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats as sps
 
 from kvqueue.analysis import stats
 
@@ -41,7 +40,7 @@ def binomial_order_interval_ranks(n: int, confidence: float = 0.95) -> int:
     not: ``n <= 5`` at 95 %)."""
     alpha = 1.0 - confidence
     k = 0
-    while k + 1 <= n // 2 and 2.0 * sps.binom.cdf(k, n, 0.5) <= alpha + 1e-12:
+    while k + 1 <= n // 2 and 2.0 * stats.scipy_stats().binom.cdf(k, n, 0.5) <= alpha + 1e-12:
         k += 1
     return k
 
@@ -83,7 +82,8 @@ def mean_t(x: np.ndarray, confidence: float = 0.95) -> Result:
     """Mean of log ratios with the Student t interval (n - 1 degrees of freedom)."""
     n = x.shape[-1]
     est = x.mean(axis=-1)
-    half = sps.t.ppf(0.5 + confidence / 2, n - 1) * x.std(axis=-1, ddof=1) / math.sqrt(n)
+    t = stats.scipy_stats().t.ppf(0.5 + confidence / 2, n - 1)
+    half = t * x.std(axis=-1, ddof=1) / math.sqrt(n)
     return est, est - half, est + half
 
 
@@ -96,7 +96,7 @@ def trimmed_t(x: np.ndarray, confidence: float = 0.95, proportion: float = 0.2) 
     est = s[..., g : n - g].mean(axis=-1)
     w = np.clip(s, s[..., g : g + 1], s[..., n - g - 1 : n - g])
     se = w.std(axis=-1, ddof=1) / ((1 - 2 * g / n) * math.sqrt(n))
-    half = sps.t.ppf(0.5 + confidence / 2, n - 2 * g - 1) * se
+    half = stats.scipy_stats().t.ppf(0.5 + confidence / 2, n - 2 * g - 1) * se
     return est, est - half, est + half
 
 
@@ -202,14 +202,14 @@ def bootstrap_family(
         out["bt_hi"].append(mean - q_lo * se)
         # BCa of the mean
         share = (bmean < mean[:, None]).mean(axis=-1) + 0.5 * (bmean == mean[:, None]).mean(axis=-1)
-        z0 = sps.norm.ppf(np.clip(share, 1.0 / resamples, 1 - 1.0 / resamples))
+        z0 = stats.scipy_stats().norm.ppf(np.clip(share, 1.0 / resamples, 1 - 1.0 / resamples))
         jack = (xc.sum(axis=-1, keepdims=True) - xc) / (n - 1)
         d = jack.mean(axis=-1, keepdims=True) - jack
         with np.errstate(divide="ignore", invalid="ignore"):
             acc = (d**3).sum(axis=-1) / (6.0 * ((d**2).sum(axis=-1)) ** 1.5)
         acc = np.nan_to_num(acc)
-        za = sps.norm.ppf([alpha / 2, 1 - alpha / 2])
-        levels = [sps.norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z))) for z in za]
+        za = stats.scipy_stats().norm.ppf([alpha / 2, 1 - alpha / 2])
+        levels = [stats.scipy_stats().norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z))) for z in za]
         sb = np.sort(bmean, axis=-1)
         for key, lev in zip(("bca_lo", "bca_hi"), levels, strict=True):
             pos = np.clip(lev * (resamples - 1), 0, resamples - 1)

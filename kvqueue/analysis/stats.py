@@ -39,10 +39,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+
+
+def scipy_stats() -> ModuleType:
+    """``scipy.stats``, imported on first use: importing it took 1.3 s of every process
+    that imports this module, the report notebook's kernel included, which reads the
+    processed tables and never computes an interval."""
+    import scipy.stats
+
+    return scipy.stats
+
 
 #: Interval of a reduction: the interpolated order-statistic interval of the median.
 ORDER_STATISTIC = "hettmansperger-sheather"
@@ -197,12 +207,12 @@ def order_statistic_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tup
     """
     alpha = 1.0 - confidence
     k = 0
-    while k + 1 <= n // 2 and 2.0 * sps.binom.cdf(k, n, 0.5) <= alpha + 1e-12:
+    while k + 1 <= n // 2 and 2.0 * scipy_stats().binom.cdf(k, n, 0.5) <= alpha + 1e-12:
         k += 1
     if k == 0:
         return 0, 0.0
-    g_k = 1.0 - 2.0 * sps.binom.cdf(k - 1, n, 0.5)
-    g_next = 1.0 - 2.0 * sps.binom.cdf(k, n, 0.5)
+    g_k = 1.0 - 2.0 * scipy_stats().binom.cdf(k - 1, n, 0.5)
+    g_next = 1.0 - 2.0 * scipy_stats().binom.cdf(k, n, 0.5)
     if k + 1 > n - k or g_k == g_next:
         return k, 0.0
     share = (g_k - confidence) / (g_k - g_next)
@@ -313,7 +323,7 @@ def bootstrap_interval(
         return Interval(estimate, math.nan, math.nan, n, **info)
     if all(np.ptp(a) == 0 for a in arrays):
         return Interval(estimate, estimate, estimate, n, **info)
-    res = sps.bootstrap(
+    res = scipy_stats().bootstrap(
         tuple(arrays),
         statistic,
         n_resamples=resamples,

@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.stats as sps
 
 from kvqueue import schema
 from kvqueue.analysis import ab, rawdata, stats
@@ -240,7 +239,8 @@ def t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, flo
     mean = float(x.mean())
     if len(x) < 2:
         return mean, math.nan, math.nan
-    half = float(sps.t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    t = stats.scipy_stats().t.ppf(0.5 + confidence / 2, len(x) - 1)
+    half = float(t * x.std(ddof=1) / math.sqrt(len(x)))
     return mean, mean - half, mean + half
 
 

@@ -280,10 +280,14 @@ Progress = Callable[[str], None]
 
 def _run_key(run: rawdata.Run, settings: ReportSettings, code: str) -> dict[str, Any]:
     """What one run's analysis depends on: its files, the analysis settings, the code."""
+    return _run_key_of(run.path, settings, code)
+
+
+def _run_key_of(run_dir: Path, settings: ReportSettings, code: str) -> dict[str, Any]:
     files = {
-        name: hashlib.sha256((run.path / name).read_bytes()).hexdigest()
+        name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest()
         for name in (schema.RUN_JSON, schema.SAMPLES_CSV, schema.RUN_NOTEBOOK)
-        if (run.path / name).is_file()
+        if (run_dir / name).is_file()
     }
     analysis = {k: v for k, v in settings.to_dict().items() if k not in SCOPE_FIELDS}
     return {"files": files, "settings": analysis, "code_sha256": code}
@@ -303,14 +307,14 @@ def cached_run_analysis(
     recomputed and rewritten; pickle keeps every float exactly, so the combined tables
     are byte-identical to a computation from scratch. ``progress`` gets one line per run
     (analysed, with its time, or reused), except for the runs of ``analysed_ahead``
-    (:func:`analyse_ahead` named them).
+    (:func:`prepare_ahead` named them).
     """
     code = code_hash()
     say = progress or (lambda _line: None)
     ahead = set(analysed_ahead or ())
 
     def compute(run: rawdata.Run) -> dict[str, pd.DataFrame]:
-        path = Path(processed_dir) / RUN_CACHE / run.host / run.run_id / _RUN_CACHE_FILE
+        path = _analysis_path(processed_dir, run.host, run.run_id)
         started = time.perf_counter()
         fresh: list[bool] = []
 
@@ -320,92 +324,134 @@ def cached_run_analysis(
 
         tables = _cached(path, _run_key(run, settings, code), analyse)
         took = f" ({time.perf_counter() - started:.1f} s)" if fresh else ""
-        if fresh or f"{run.host}/{run.run_id}" not in ahead:  # else said by analyse_ahead
+        if fresh or f"{run.host}/{run.run_id}" not in ahead:  # else said by prepare_ahead
             say(f"processed: {'analysed' if fresh else 'reused'} {run.host}/{run.run_id}{took}")
         return tables
 
     return compute
 
 
-#: Worker processes of :func:`analyse_ahead`: one per CPU, at most this many.
+#: Worker processes of :func:`prepare_ahead`: one per CPU, at most this many.
 MAX_WORKERS = 4
-#: The runs a forked worker of :func:`analyse_ahead` analyses (set before the fork, so
-#: a worker reads them from its copy of the parent's memory instead of a pickle).
-_AHEAD: list[tuple[rawdata.Run, Path, dict[str, Any], ReportSettings]] = []
+#: The jobs a forked worker of :func:`prepare_ahead` runs (set before the fork, so a
+#: worker finds them in its copy of the parent's memory instead of a pickle).
+_AHEAD: list[Callable[[], None]] = []
 
 
-def _analyse_one_ahead(index: int) -> float:
-    """A forked worker's part of :func:`analyse_ahead`: analyse run ``index`` into its
-    cache file; return the seconds it took."""
-    run, path, key, settings = _AHEAD[index]
+def _run_ahead(index: int) -> float:
+    """A forked worker's part of :func:`prepare_ahead`: run job ``index``; its seconds."""
     started = time.perf_counter()
-    _cached(path, key, lambda: ab.analyze_run(run, settings))
+    _AHEAD[index]()
     return time.perf_counter() - started
 
 
-def analyse_ahead(
-    runs: list[rawdata.Run],
+def _analysis_path(processed_dir: Path | str, host: str, run_id: str) -> Path:
+    return Path(processed_dir) / RUN_CACHE / host / run_id / _RUN_CACHE_FILE
+
+
+def prepare_ahead(
+    raw_dir: Path | str,
     processed_dir: Path | str,
     settings: ReportSettings,
+    git: dict[str, str],
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> set[str]:
-    """Fill the per-run cache of :func:`cached_run_analysis` for ``runs`` whose entry is
-    missing or stale, in forked worker processes, one per CPU.
+    """Fill the per-run caches (:func:`cached_samples`, :func:`cached_run_analysis`) of
+    the run folders in scope whose entry is missing or stale, in forked worker
+    processes, one per CPU.
 
-    Each run's analysis is independent and seeded by the settings alone, so the tables
-    are the same as a computation in this process. Where fork is unavailable, with
-    other threads running, with one CPU or at most one run to analyse, nothing happens
-    here (the serial path analyses them). Returns the ``"<host>/<run_id>"`` of each run
-    analysed here.
+    A worker reads its run folder as :func:`build` does and, for a bench run that the
+    analysis will include, analyses it. Each run's reading and analysis are
+    independent and seeded by the settings alone, so the caches hold what this process
+    would compute; a folder that cannot be read is left for :func:`build` to name.
+    Where fork is unavailable, with other threads running, with one CPU or at most one
+    folder to prepare, nothing happens here (:func:`build` does it all, one run after
+    another). Returns the ``"<host>/<run_id>"`` of each folder prepared here.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    code = code_hash()
-    stale = []
-    for run in runs:
-        path = Path(processed_dir) / RUN_CACHE / run.host / run.run_id / _RUN_CACHE_FILE
-        key = _run_key(run, settings, code)
-        if _stored_key(path) != key:
-            stale.append((run, path, key, settings))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = min(workers or cpus or 1, MAX_WORKERS, len(stale))
     # Fork only a process without other threads (a thread holding a lock at the fork
     # would leave it held in the child): a Jupyter kernel has several, `make report`'s
     # process has one here.
     if (
-        n < 2
+        min(workers or cpus or 1, MAX_WORKERS) < 2
         or "fork" not in multiprocessing.get_all_start_methods()
         or threading.active_count() > 1
     ):
         return set()
+    code = code_hash()
+    reader = cached_samples(processed_dir)
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    for run_dir in rawdata.run_dirs(raw_dir):
+        samples = run_dir / schema.SAMPLES_CSV
+        name = f"{run_dir.parent.name}/{run_dir.name}"
+        if not _in_scope(run_dir, settings) or not samples.is_file():
+            continue  # nothing to parse or analyse
+        try:
+            meta = rawdata.read_run_json(run_dir / schema.RUN_JSON)
+        except rawdata.RawDataError:
+            continue  # build names it
+        if meta.get("status") != rawdata.COMPLETE:
+            continue  # neither parsed nor analysed
+        analysis = _analysis_path(processed_dir, run_dir.parent.name, run_dir.name)
+        key = _run_key_of(run_dir, settings, code)
+        parsed = _samples_key(hashlib.sha256(samples.read_bytes()).hexdigest(), code)
+        # A history run is parsed here but analysed by kvqueue.history.analyze.
+        analysed = schema.run_kind(meta) != schema.KIND_BENCH or _stored_key(analysis) == key
+        if analysed and _stored_key(_samples_path(processed_dir, run_dir)) == parsed:
+            continue
+        modified = git.get(name) == MODIFIED
+
+        def job(run_dir: Path = run_dir, analysis: Path = analysis, key: Any = key,
+                modified: bool = modified) -> None:  # fmt: skip
+            try:
+                run = rawdata.read_run(run_dir, reader)
+            except rawdata.RawDataError:
+                return  # build names it
+            if run.kind == schema.KIND_BENCH and run.included and not modified:
+                _cached(analysis, key, lambda: ab.analyze_run(run, settings))
+
+        jobs.append((name, job))
+    n = min(workers or cpus or 1, MAX_WORKERS, len(jobs))
+    if n < 2:
+        return set()
     say = progress or (lambda _line: None)
     done = set()
-    _AHEAD[:] = stale
+    stats.scipy_stats()  # imported once here, not once in every worker (1.3 s each)
+    _AHEAD[:] = [job for _, job in jobs]
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_analyse_one_ahead, i): i for i in range(len(stale))}
+            futures = {pool.submit(_run_ahead, i): i for i in range(len(jobs))}
             for count, future in enumerate(as_completed(futures), 1):
-                run = stale[futures[future]][0]
+                name = jobs[futures[future]][0]
                 took = future.result()
-                done.add(f"{run.host}/{run.run_id}")
-                say(
-                    f"processed: analysed {run.host}/{run.run_id} ({took:.1f} s; "
-                    f"{count}/{len(stale)}, {n} processes)"
-                )
+                done.add(name)
+                say(f"processed: read and analysed {name} ({took:.1f} s; {count}/{len(jobs)})")
     finally:
         _AHEAD.clear()
     return done
 
 
 def _stored_key(path: Path) -> Any:
-    """The key a cache file of :func:`_cached` was written under (None if unreadable)."""
+    """The key a cache file of :func:`_cached` was written under (None if unreadable):
+    the file's first pickle, read without the value behind it."""
     try:
         with path.open("rb") as fh:
-            return pickle.load(fh)["key"]
+            return pickle.load(fh)
     except Exception:  # missing, truncated or from another version
         return None
+
+
+def _samples_path(processed_dir: Path | str, run_dir: Path) -> Path:
+    folder = Path(processed_dir) / RUN_CACHE / run_dir.parent.name / run_dir.name
+    return folder / _SAMPLES_CACHE_FILE
+
+
+def _samples_key(digest: str, code: str) -> dict[str, str]:
+    return {"samples_sha256": digest, "code_sha256": code}
 
 
 def cached_samples(processed_dir: Path | str) -> rawdata.SamplesReader:
@@ -415,28 +461,33 @@ def cached_samples(processed_dir: Path | str) -> rawdata.SamplesReader:
     code = code_hash()
 
     def read(path: Path, meta: dict[str, Any], digest: str) -> pd.DataFrame:
-        run_dir = path.parent
-        cache = Path(processed_dir) / RUN_CACHE / run_dir.parent.name / run_dir.name
-        key = {"samples_sha256": digest, "code_sha256": code}
-        return _cached(cache / _SAMPLES_CACHE_FILE, key, lambda: rawdata.read_samples(path, meta))
+        return _cached(
+            _samples_path(processed_dir, path.parent),
+            _samples_key(digest, code),
+            lambda: rawdata.read_samples(path, meta),
+        )
 
     return read
 
 
 def _cached(path: Path, key: dict[str, Any], compute: Callable[[], Any]) -> Any:
-    """``compute()``, stored in ``path`` under ``key``; reused while the key matches."""
+    """``compute()``, stored in ``path`` under ``key``; reused while the key matches.
+
+    The file holds two pickles, the key and then the value, so that
+    :func:`_stored_key` reads the key alone.
+    """
     try:
         with path.open("rb") as fh:
-            stored = pickle.load(fh)
-        if stored["key"] == key:
-            return stored["value"]
+            if pickle.load(fh) == key:
+                return pickle.load(fh)
     except Exception:  # missing, truncated or from another version: recompute
         pass
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     with partial.open("wb") as fh:
-        pickle.dump({"key": key, "value": value}, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(key, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
     partial.replace(path)  # never a half-written cache file under the real name
     return value
 
@@ -492,6 +543,11 @@ def build(
     settings = settings or ReportSettings()
     say = progress or (lambda _line: None)
     started = time.perf_counter()
+    git = {k: v for k, v in git_states(raw_dir).items() if _in_scope(Path(raw_dir) / k, settings)}
+    # From scratch, reading (parsing samples.csv) and analysing the runs one after
+    # another was 22 of the 24 s of this stage: the folders to prepare go to one
+    # process per CPU first, and what follows reads their caches.
+    ahead = prepare_ahead(raw_dir, processed_dir, settings, git, say)
     raw = rawdata.read_raw(
         raw_dir,
         strict=False,
@@ -499,17 +555,11 @@ def build(
         run_ids=settings.runs,
         samples_reader=cached_samples(processed_dir),
     )
-    git = {k: v for k, v in git_states(raw_dir).items() if _in_scope(Path(raw_dir) / k, settings)}
     say(
         f"processed: read {len(raw.runs) + len(raw.unreadable)} run folders "
         f"({time.perf_counter() - started:.1f} s)"
     )
     checked = ab.with_git_state(raw, git)
-    # From scratch the per-run analysis was 17 of the 24 s of this stage, one run after
-    # another: the runs to analyse go to one process per CPU first.
-    ahead = analyse_ahead(
-        list(checked.of_kind(schema.KIND_BENCH).included), processed_dir, settings, say
-    )
     per_run = cached_run_analysis(processed_dir, settings, say, ahead)
     tables = ab.analyze(raw, settings, git, per_run)
     problems = _policy_problems(checked)
