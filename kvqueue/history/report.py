@@ -239,9 +239,11 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         key = [f"{n}: {rr}" for rr, n in numbers.items()]
         per_col = key_rows
         cols = ["\n".join(key[c * per_col : (c + 1) * per_col]) for c in range(3)]
-        for c, text in enumerate(cols):
-            fig.text(0.02 + 0.32 * c, 0.01, text, fontsize=9, va="bottom", ha="left")
         key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
+        top = 0.01 + key_in / fig.get_figheight()
+        for c, text in enumerate(cols):
+            # Anchored at the top: a shorter last column starts level with the others.
+            fig.text(0.02 + 0.32 * c, top, text, fontsize=9, va="top", ha="left")
         fig.text(
             0.02,
             0.01 + (key_in + 0.08) / fig.get_figheight(),
