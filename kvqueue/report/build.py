@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from kvqueue.analysis import ledger, rawdata
@@ -226,12 +227,12 @@ def report(
         "figures_dir": str(figures_dir),
         **settings.to_dict(),
     }
-    # The writeups need only the processed tables: they are written in a thread of this
-    # process while the notebook's kernel (another process) runs, on the other vCPU.
-    # Both draw through the figure cache, so a figure they share is drawn once; the
-    # tables as the kernel reads them (the CSVs), so that their cache keys agree.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeups") as pool:
-        writing = pool.submit(_beside_the_kernel, processed.load(processed_dir), out, cases)
+    # The writeups need only the processed tables: they are written beside the
+    # notebook's kernel (another process), on the other vCPU. Both draw through the
+    # figure cache, so a figure they share is drawn once; the tables as the kernel
+    # reads them (the CSVs), so that their cache keys agree.
+    with _beside_pool() as pool:
+        writing = pool.submit(_beside_the_kernel, processed_dir, out, tuple(cases))
         try:
             execute_notebook(notebook.resolve(), executed, parameters)
         except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
@@ -262,10 +263,23 @@ def report(
 AHEAD_OF_THE_KERNEL = ("ns_per_variant", "history")
 
 
-def _beside_the_kernel(data: processed.Processed, out: Path, cases: Sequence[str]) -> list[Path]:
-    """The work of the thread beside the kernel: :data:`AHEAD_OF_THE_KERNEL` into the
-    report's figure cache (not into its figures folder, which holds only what the
-    notebook shows), then the writeups (newest question first)."""
+def _beside_pool() -> Executor:
+    """Where the work beside the kernel runs: a forked process where fork is available
+    and this process runs no other thread, else a thread. A process has its own GIL:
+    in a thread, the drawing slowed this process's papermill import and kernel start
+    (the kernel drew its first figure 5.4 s after it was started, against 3.5 s)."""
+    import multiprocessing
+
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    return ThreadPoolExecutor(1, thread_name_prefix="writeups")
+
+
+def _beside_the_kernel(processed_dir: Path, out: Path, cases: Sequence[str]) -> list[Path]:
+    """The work beside the kernel: :data:`AHEAD_OF_THE_KERNEL` into the report's figure
+    cache (not into its figures folder, which holds only what the notebook shows), then
+    the writeups (newest question first)."""
+    data = processed.load(processed_dir)
     with tempfile.TemporaryDirectory(prefix="kvq-ahead-") as scratch:
         for name in AHEAD_OF_THE_KERNEL:
             figures.draw(data, name, scratch, cache=out / figures.CACHE_FOLDER)
