@@ -190,8 +190,6 @@ def run_path(raw_dir: Path | str, host: str, run_id: str) -> Path:
 # ------------------------------------------------------------------ variant labels
 
 
-#: A variant's name in ``NAME=SOURCE``: short, no '/', no '=' (so it is never a path or a
-#: version pin; ``vllm==0.32.0`` has no name, ``base=vllm==0.32.0`` is named ``base``).
 #: ``resolved_path`` of a ``git:REPO@REF`` variant in ``run.json`` ``variants``
 #: (kvqueue.sources.loader): ``REPO@COMMIT:MEMBER``.
 _GIT_RESOLVED = re.compile(r"@([0-9a-f]{40}):")
@@ -206,12 +204,16 @@ def git_commit_of(resolved_path: object) -> str | None:
 
 def pin_git_ref(source: str, commit: str | None) -> str:
     """``git:REPO@REF`` with ``REF`` replaced by ``commit`` (a branch names another
-    commit tomorrow); any other source, or no commit, unchanged."""
-    if commit and source.startswith("git:") and "@" in source:
-        return source.rsplit("@", 1)[0] + "@" + commit
+    commit tomorrow), a ``::ClassName`` suffix kept; any other source, or no commit,
+    unchanged."""
+    base, sep, cls = source.rpartition("::") if "::" in source else (source, "", "")
+    if commit and base.startswith("git:") and "@" in base:
+        return base.rsplit("@", 1)[0] + "@" + commit + sep + cls
     return source
 
 
+#: A variant's name in ``NAME=SOURCE``: short, no '/', no '=' (so it is never a path or a
+#: version pin; ``vllm==0.32.0`` has no name, ``base=vllm==0.32.0`` is named ``base``).
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]{0,39}$")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from synthetic import write_fixture
 
+from kvqueue import schema
 from kvqueue.params import bench as bench_params
 from kvqueue.params import report as report_params
 from kvqueue.params.spec import parse_value, spec_of
@@ -151,6 +152,10 @@ def test_a_history_runs_newest_git_ref_is_pinned_to_its_commit() -> None:
         ],
     }
     assert dict(ledger.make_command(meta)[2])["NEWEST"] == f"mine=git:/tmp/v@{commit}"
+    # A class named after the source is kept (the pinned command times the same class).
+    pinned = schema.pin_git_ref("git:/tmp/v@mine::MyQueue", commit)
+    assert pinned == f"git:/tmp/v@{commit}::MyQueue"
+    assert schema.pin_git_ref("vllm==0.32.0::Q", commit) == "vllm==0.32.0::Q"
     # Without a recorded commit the ref stays as given.
     meta["variants"] = meta["variants"][1:]
     assert dict(ledger.make_command(meta)[2])["NEWEST"] == "mine=git:/tmp/v@mine"

@@ -274,12 +274,18 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
             if best["ci_low"] > hi
             else "in the range of"
         )
-        which = (
-            "The largest steady-state reduction"
-            if settled_ones
-            else "No window settled, so there is no steady-state reduction; the largest "
-            "over both halves (still changing)"
-        )
+        if settled_ones:
+            which = "The largest steady-state reduction"
+        elif all(_judgeable(grp, r["policy"]) for r in reductions):
+            which = (
+                "No window settled, so there is no steady-state reduction; the largest "
+                "over both halves (still changing)"
+            )
+        else:
+            which = (
+                f"No window could be declared settled (settling {TOO_FEW} for some); "
+                "the largest over both halves"
+            )
         parts.append(
             f"{which}, `{best['policy']}` at {best['estimate']:.2f}×, is {where} the "
             f"{lo}–{hi}× of the PR's cluster run."

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -264,13 +263,13 @@ AHEAD_OF_THE_KERNEL = ("ns_per_variant", "history")
 
 
 def _beside_pool() -> Executor:
-    """Where the work beside the kernel runs: a forked process where fork is available
-    and this process runs no other thread, else a thread. A process has its own GIL:
+    """Where the work beside the kernel runs: a forked process where
+    :func:`kvqueue.report.processed.can_fork`, else a thread. A process has its own GIL:
     in a thread, the drawing slowed this process's papermill import and kernel start
     (the kernel drew its first figure 5.4 s after it was started, against 3.5 s)."""
     import multiprocessing
 
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+    if processed.can_fork():
         return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
     return ThreadPoolExecutor(1, thread_name_prefix="writeups")
 

@@ -23,8 +23,10 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -335,18 +337,39 @@ def cached_run_analysis(
 MAX_WORKERS = 4
 #: The jobs a forked worker of :func:`prepare_ahead` runs (set before the fork, so a
 #: worker finds them in its copy of the parent's memory instead of a pickle).
-_AHEAD: list[Callable[[], None]] = []
+_AHEAD: list[Callable[[], str]] = []
 
 
-def _run_ahead(index: int) -> float:
-    """A forked worker's part of :func:`prepare_ahead`: run job ``index``; its seconds."""
+def _ignore_interrupts() -> None:
+    # A worker ignores Ctrl-C: the parent stops the pool (cancelling what has not
+    # started), and a worker does not take up the next job after an interrupted one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_ahead(index: int) -> tuple[str, float]:
+    """A forked worker's part of :func:`prepare_ahead`: run job ``index``; what it did
+    and its seconds."""
     started = time.perf_counter()
-    _AHEAD[index]()
-    return time.perf_counter() - started
+    did = _AHEAD[index]()
+    return did, time.perf_counter() - started
 
 
 def _analysis_path(processed_dir: Path | str, host: str, run_id: str) -> Path:
     return Path(processed_dir) / RUN_CACHE / host / run_id / _RUN_CACHE_FILE
+
+
+def can_fork() -> bool:
+    """Whether this process may fork workers: on Linux (macOS lists fork, but its system
+    libraries are not safe after it), and with no other thread running (a thread
+    holding a lock at the fork would leave it held in the child: a Jupyter kernel has
+    several; `make report`'s process has one until its notebook starts)."""
+    import multiprocessing
+
+    return (
+        sys.platform == "linux"
+        and "fork" in multiprocessing.get_all_start_methods()
+        and threading.active_count() == 1
+    )
 
 
 def prepare_ahead(
@@ -359,32 +382,27 @@ def prepare_ahead(
 ) -> set[str]:
     """Fill the per-run caches (:func:`cached_samples`, :func:`cached_run_analysis`) of
     the run folders in scope whose entry is missing or stale, in forked worker
-    processes, one per CPU.
+    processes: one per CPU, at most :data:`MAX_WORKERS`.
 
     A worker reads its run folder as :func:`build` does and, for a bench run that the
     analysis will include, analyses it. Each run's reading and analysis are
     independent and seeded by the settings alone, so the caches hold what this process
-    would compute; a folder that cannot be read is left for :func:`build` to name.
-    Where fork is unavailable, with other threads running, with one CPU or at most one
-    folder to prepare, nothing happens here (:func:`build` does it all, one run after
-    another). Returns the ``"<host>/<run_id>"`` of each folder prepared here.
+    would compute; a folder that cannot be read is left for :func:`build` to name, as
+    is anything a worker did not finish (a pool that broke is said in one line).
+    Without :func:`can_fork`, with one CPU or with fewer than two folders to prepare,
+    nothing happens here (:func:`build` does it all, one run after another). Returns
+    the ``"<host>/<run_id>"`` of each folder prepared here.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    # Fork only a process without other threads (a thread holding a lock at the fork
-    # would leave it held in the child): a Jupyter kernel has several, `make report`'s
-    # process has one here.
-    if (
-        min(workers or cpus or 1, MAX_WORKERS) < 2
-        or "fork" not in multiprocessing.get_all_start_methods()
-        or threading.active_count() > 1
-    ):
+    if min(workers or cpus or 1, MAX_WORKERS) < 2 or not can_fork():
         return set()
     code = code_hash()
     reader = cached_samples(processed_dir)
-    jobs: list[tuple[str, Callable[[], None]]] = []
+    jobs: list[tuple[str, Callable[[], str]]] = []
     for run_dir in rawdata.run_dirs(raw_dir):
         samples = run_dir / schema.SAMPLES_CSV
         name = f"{run_dir.parent.name}/{run_dir.name}"
@@ -398,21 +416,26 @@ def prepare_ahead(
             continue  # neither parsed nor analysed
         analysis = _analysis_path(processed_dir, run_dir.parent.name, run_dir.name)
         key = _run_key_of(run_dir, settings, code)
-        parsed = _samples_key(hashlib.sha256(samples.read_bytes()).hexdigest(), code)
-        # A history run is parsed here but analysed by kvqueue.history.analyze.
-        analysed = schema.run_kind(meta) != schema.KIND_BENCH or _stored_key(analysis) == key
+        parsed = _samples_key(run_dir, code)
+        modified = git.get(name) == MODIFIED
+        # A history run is parsed here but analysed by kvqueue.history.analyze; a run
+        # whose folder differs from its commit is left out, never analysed.
+        analysed = (
+            schema.run_kind(meta) != schema.KIND_BENCH or modified or _stored_key(analysis) == key
+        )
         if analysed and _stored_key(_samples_path(processed_dir, run_dir)) == parsed:
             continue
-        modified = git.get(name) == MODIFIED
 
         def job(run_dir: Path = run_dir, analysis: Path = analysis, key: Any = key,
-                modified: bool = modified) -> None:  # fmt: skip
+                modified: bool = modified) -> str:  # fmt: skip
             try:
                 run = rawdata.read_run(run_dir, reader)
             except rawdata.RawDataError:
-                return  # build names it
+                return "could not read"  # build names it
             if run.kind == schema.KIND_BENCH and run.included and not modified:
                 _cached(analysis, key, lambda: ab.analyze_run(run, settings))
+                return "read and analysed"
+            return "read"
 
         jobs.append((name, job))
     n = min(workers or cpus or 1, MAX_WORKERS, len(jobs))
@@ -422,14 +445,21 @@ def prepare_ahead(
     done = set()
     stats.scipy_stats()  # imported once here, not once in every worker (1.3 s each)
     _AHEAD[:] = [job for _, job in jobs]
+    context = multiprocessing.get_context("fork")
     try:
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(n, mp_context=context, initializer=_ignore_interrupts) as pool:
             futures = {pool.submit(_run_ahead, i): i for i in range(len(jobs))}
-            for count, future in enumerate(as_completed(futures), 1):
-                name = jobs[futures[future]][0]
-                took = future.result()
-                done.add(name)
-                say(f"processed: read and analysed {name} ({took:.1f} s; {count}/{len(jobs)})")
+            try:
+                for count, future in enumerate(as_completed(futures), 1):
+                    name = jobs[futures[future]][0]
+                    did, took = future.result()
+                    done.add(name)
+                    say(f"processed: {did} {name} ({took:.1f} s; {count}/{len(jobs)})")
+            except BaseException:  # Ctrl-C or a job's error: start nothing more
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    except BrokenProcessPool as exc:  # a worker died (killed, out of memory)
+        say(f"processed: worker processes stopped ({exc}); the rest is done here")
     finally:
         _AHEAD.clear()
     return done
@@ -450,20 +480,26 @@ def _samples_path(processed_dir: Path | str, run_dir: Path) -> Path:
     return folder / _SAMPLES_CACHE_FILE
 
 
-def _samples_key(digest: str, code: str) -> dict[str, str]:
-    return {"samples_sha256": digest, "code_sha256": code}
+def _samples_key(run_dir: Path, code: str) -> dict[str, str]:
+    # run.json too: the samples are checked against its schema version and labels.
+    return {
+        name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest()
+        for name in (schema.SAMPLES_CSV, schema.RUN_JSON)
+    } | {"code_sha256": code}
 
 
 def cached_samples(processed_dir: Path | str) -> rawdata.SamplesReader:
     """:func:`kvqueue.analysis.rawdata.read_samples`, cached per run folder by the file's
-    sha256 and :func:`code_hash` (``runs/<host>/<run-id>/samples.pkl``): parsing and
+    sha256, its run.json's and :func:`code_hash` (``runs/<host>/<run-id>/samples.pkl``):
+    parsing and
     checking the committed runs' samples took 4.3 of the 12 s of a cached rebuild."""
     code = code_hash()
 
     def read(path: Path, meta: dict[str, Any], digest: str) -> pd.DataFrame:
+        del digest  # the key hashes the file itself, and run.json with it
         return _cached(
             _samples_path(processed_dir, path.parent),
-            _samples_key(digest, code),
+            _samples_key(path.parent, code),
             lambda: rawdata.read_samples(path, meta),
         )
 
@@ -484,11 +520,17 @@ def _cached(path: Path, key: dict[str, Any], compute: Callable[[], Any]) -> Any:
         pass
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    with partial.open("wb") as fh:
-        pickle.dump(key, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    partial.replace(path)  # never a half-written cache file under the real name
+    # A temp file of its own, then a rename: never a half-written cache file under the
+    # real name, and two builds writing the same entry at once both succeed.
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(key, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
     return value
 
 
