@@ -81,6 +81,35 @@ def test_worker_processes_give_the_tables_of_one_process(
     assert _files(ahead) == _files(tmp_path / "serial")
 
 
+def test_a_worker_that_dies_leaves_the_rest_to_the_build(fixture_raw: Path, tmp_path: Path) -> None:
+    """A worker killed mid-run (out of memory, say) never answers: after the timeout the
+    build says so in one line and finishes the runs itself, with the same tables."""
+    out = tmp_path / "out"
+    code = (
+        "import os; os.sched_getaffinity = lambda pid: {0, 1}\n"
+        "from kvqueue.analysis import ab\n"
+        "from kvqueue.report import processed\n"
+        "from kvqueue.params.report import ReportSettings\n"
+        "parent, real = os.getpid(), ab.analyze_run\n"
+        "def dying(run, settings):\n"
+        "    if os.getpid() != parent:\n"
+        "        os._exit(1)  # a worker killed from outside\n"
+        "    return real(run, settings)\n"
+        "ab.analyze_run = dying\n"
+        "processed._JOB_TIMEOUT = 3.0\n"
+        f"processed.build({str(fixture_raw)!r}, {str(out)!r}, ReportSettings("
+        f"resamples={FAST.resamples}), progress=print)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "a worker process gave no answer in 3 s; the rest is done here" in proc.stdout
+    processed.build(fixture_raw, tmp_path / "serial", FAST)
+    assert _files(out) == _files(tmp_path / "serial")
+    assert not list((out / processed.RUN_CACHE).rglob("*.tmp"))
+
+
 def test_processed_files_do_not_depend_on_raw_location(fixture_raw: Path, tmp_path: Path) -> None:
     copy = tmp_path / "elsewhere" / "raw"
     copy.parent.mkdir()

@@ -335,6 +335,8 @@ def cached_run_analysis(
 
 #: Worker processes of :func:`prepare_ahead`: one per CPU, at most this many.
 MAX_WORKERS = 4
+#: Seconds :func:`prepare_ahead` waits for a worker's next answer (a run took 0.4-1.5 s).
+_JOB_TIMEOUT = 300.0
 #: The jobs a forked worker of :func:`prepare_ahead` runs (set before the fork, so a
 #: worker finds them in its copy of the parent's memory instead of a pickle).
 _AHEAD: list[Callable[[], str]] = []
@@ -346,12 +348,12 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_ahead(index: int) -> tuple[str, float]:
-    """A forked worker's part of :func:`prepare_ahead`: run job ``index``; what it did
-    and its seconds."""
+def _run_ahead(index: int) -> tuple[int, str, float]:
+    """A forked worker's part of :func:`prepare_ahead`: run job ``index``; the index,
+    what it did and its seconds."""
     started = time.perf_counter()
     did = _AHEAD[index]()
-    return did, time.perf_counter() - started
+    return index, did, time.perf_counter() - started
 
 
 def _analysis_path(processed_dir: Path | str, host: str, run_id: str) -> Path:
@@ -387,15 +389,12 @@ def prepare_ahead(
     A worker reads its run folder as :func:`build` does and, for a bench run that the
     analysis will include, analyses it. Each run's reading and analysis are
     independent and seeded by the settings alone, so the caches hold what this process
-    would compute; a folder that cannot be read is left for :func:`build` to name, as
-    is anything a worker did not finish (a pool that broke is said in one line).
+    would compute; a folder that cannot be read is left for :func:`build` to name.
     Without :func:`can_fork`, with one CPU or with fewer than two folders to prepare,
     nothing happens here (:func:`build` does it all, one run after another). Returns
     the ``"<host>/<run_id>"`` of each folder prepared here.
     """
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if min(workers or cpus or 1, MAX_WORKERS) < 2 or not can_fork():
@@ -445,23 +444,34 @@ def prepare_ahead(
     done = set()
     stats.scipy_stats()  # imported once here, not once in every worker (1.3 s each)
     _AHEAD[:] = [job for _, job in jobs]
-    context = multiprocessing.get_context("fork")
+    # multiprocessing.Pool, not ProcessPoolExecutor: on Ctrl-C or an error,
+    # terminate() stops the workers at once (the executor finished its queued jobs
+    # first: the report took 10 s to stop).
+    pool = multiprocessing.get_context("fork").Pool(n, initializer=_ignore_interrupts)
     try:
-        with ProcessPoolExecutor(n, mp_context=context, initializer=_ignore_interrupts) as pool:
-            futures = {pool.submit(_run_ahead, i): i for i in range(len(jobs))}
-            try:
-                for count, future in enumerate(as_completed(futures), 1):
-                    name = jobs[futures[future]][0]
-                    did, took = future.result()
-                    done.add(name)
-                    say(f"processed: {did} {name} ({took:.1f} s; {count}/{len(jobs)})")
-            except BaseException:  # Ctrl-C or a job's error: start nothing more
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    except BrokenProcessPool as exc:  # a worker died (killed, out of memory)
-        say(f"processed: worker processes stopped ({exc}); the rest is done here")
+        results = pool.imap_unordered(_run_ahead, range(len(jobs)))
+        for count in range(1, len(jobs) + 1):
+            # A worker that dies (killed, out of memory) never answers: after the
+            # timeout the build does the rest itself, one run after another.
+            index, did, took = results.next(timeout=_JOB_TIMEOUT)
+            done.add(jobs[index][0])
+            say(f"processed: {did} {jobs[index][0]} ({took:.1f} s; {count}/{len(jobs)})")
+        pool.close()
+    except multiprocessing.TimeoutError:
+        pool.terminate()
+        say(
+            f"processed: a worker process gave no answer in {_JOB_TIMEOUT:.0f} s; "
+            "the rest is done here"
+        )
+    except BaseException:  # Ctrl-C, or a job's error (build raises it again, serially)
+        pool.terminate()
+        raise
     finally:
+        pool.join()
         _AHEAD.clear()
+        for name, _job in jobs:  # a terminated worker's half-written cache entry
+            for partial in (Path(processed_dir) / RUN_CACHE / name).glob(".*.tmp"):
+                partial.unlink(missing_ok=True)
     return done
 
 
