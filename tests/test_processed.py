@@ -49,33 +49,38 @@ def test_processed_files_byte_identical_on_rebuild(fixture_raw: Path, tmp_path: 
         assert b"\r\n" not in content, name
 
 
-def test_worker_processes_give_the_tables_of_one_process(
-    fixture_raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The runs read and analysed in forked workers (processed.prepare_ahead) give the
-    same bytes as one process doing it all; a second build reuses every cache.
-
-    The workers' build runs in a fresh interpreter told it has 2 CPUs: this test
-    process may have threads (then nothing is forked) or one CPU."""
-    ahead = tmp_path / "ahead"
+def _build_with_two_cpus(raw: Path, out: Path, setup: str = "", times: int = 1) -> list[str]:
+    """Progress lines of ``times`` builds of ``raw`` into ``out`` in a fresh interpreter
+    told it has 2 CPUs (this test process may have threads, then nothing is forked, or
+    one CPU), after the statements ``setup``; each line prefixed by its build's number."""
     code = (
         "import os; os.sched_getaffinity = lambda pid: {0, 1}\n"
         "from kvqueue.report import processed\n"
         "from kvqueue.params.report import ReportSettings\n"
-        "for build in ('first', 'second'):\n"
-        f"    processed.build({str(fixture_raw)!r}, {str(ahead)!r}, ReportSettings("
+        f"{setup}\n"
+        f"for build in range({times}):\n"
+        f"    processed.build({str(raw)!r}, {str(out)!r}, ReportSettings("
         f"resamples={FAST.resamples}), progress=lambda line: print(build, line))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    return proc.stdout.splitlines()
+
+
+def test_worker_processes_give_the_tables_of_one_process(
+    fixture_raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs read and analysed in forked workers (processed.prepare_ahead) give the
+    same bytes as one process doing it all; a second build reuses every cache."""
+    ahead = tmp_path / "ahead"
+    lines = _build_with_two_cpus(fixture_raw, ahead, times=2)
     runs = rawdata.read_raw(fixture_raw, strict=False).runs
     bench_runs = sum(r.kind == "bench" and r.complete for r in runs)
-    first = [ln for ln in lines if ln.startswith("first processed: read and analysed ")]
+    first = [ln for ln in lines if ln.startswith("0 processed: read and analysed ")]
     assert len(first) == bench_runs >= 2, lines
-    assert not [ln for ln in lines if ln.startswith("second") and "analysed" in ln], lines
+    assert not [ln for ln in lines if ln.startswith("1 ") and "analysed" in ln], lines
     monkeypatch.setattr(processed, "MAX_WORKERS", 1)  # one process does it all
     processed.build(fixture_raw, tmp_path / "serial", FAST)
     assert _files(ahead) == _files(tmp_path / "serial")
@@ -85,26 +90,18 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_build(fixture_raw: Path, tmp_
     """A worker killed mid-run (out of memory, say) never answers: after the timeout the
     build says so in one line and finishes the runs itself, with the same tables."""
     out = tmp_path / "out"
-    code = (
-        "import os; os.sched_getaffinity = lambda pid: {0, 1}\n"
+    setup = (
         "from kvqueue.analysis import ab\n"
-        "from kvqueue.report import processed\n"
-        "from kvqueue.params.report import ReportSettings\n"
         "parent, real = os.getpid(), ab.analyze_run\n"
         "def dying(run, settings):\n"
         "    if os.getpid() != parent:\n"
         "        os._exit(1)  # a worker killed from outside\n"
         "    return real(run, settings)\n"
         "ab.analyze_run = dying\n"
-        "processed._JOB_TIMEOUT = 3.0\n"
-        f"processed.build({str(fixture_raw)!r}, {str(out)!r}, ReportSettings("
-        f"resamples={FAST.resamples}), progress=print)\n"
+        "processed._JOB_TIMEOUT = 3.0"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "a worker process gave no answer in 3 s; the rest is done here" in proc.stdout
+    lines = _build_with_two_cpus(fixture_raw, out, setup)
+    assert "0 processed: a worker process gave no answer in 3 s; the rest is done here" in lines
     processed.build(fixture_raw, tmp_path / "serial", FAST)
     assert _files(out) == _files(tmp_path / "serial")
     assert not list((out / processed.RUN_CACHE).rglob("*.tmp"))
