@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -106,6 +107,31 @@ def rendered_one_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("one-host")
     write_hosts(root / "raw", hosts=1)
     return _report(root / "raw", root, "--resamples", "500")
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_is_one_line_and_stops_the_writeups(
+    fixture_raw: Path, tmp_path: Path
+) -> None:
+    """The notebook fails: one line naming it and the executed copy, exit status 1, and
+    the writeups beside it are stopped (in a fresh interpreter, so they run in a forked
+    process), not waited for; no half-written figure is left in the cache."""
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    nb["cells"][-1]["source"] = ["raise RuntimeError('broken on purpose')\n"]
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text(json.dumps(nb), encoding="utf-8")
+    out = tmp_path / "reports"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvqueue", "report", "--raw-dir", str(fixture_raw),
+         "--processed-dir", str(tmp_path / "processed"), "--out", str(out),
+         "--notebook", str(broken)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"kvqueue report: {broken} failed: "), last
+    assert "broken on purpose" in last and f"(executed copy: {out / 'report.ipynb'})" in last
+    assert not list((out / ".figure-cache").glob(".*.tmp"))
 
 
 @pytest.mark.slow

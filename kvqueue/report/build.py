@@ -21,12 +21,13 @@ status 1). Each stage prints its time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kvqueue.analysis import ledger, rawdata
@@ -230,8 +231,7 @@ def report(
     # notebook's kernel (another process), on the other vCPU. Both draw through the
     # figure cache, so a figure they share is drawn once; the tables as the kernel
     # reads them (the CSVs), so that their cache keys agree.
-    with _beside_pool() as pool:
-        writing = pool.submit(_beside_the_kernel, processed_dir, out, tuple(cases))
+    with _beside(processed_dir, out, tuple(cases)) as writeups:
         try:
             execute_notebook(notebook.resolve(), executed, parameters)
         except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
@@ -241,9 +241,9 @@ def report(
                 f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
                 file=sys.stderr,
             )
-            return 1
+            return 1  # the writeups are stopped, not waited for
         now = stage("notebook executed (writeups written beside it)", now)
-        paths = writing.result()  # newest question first
+        paths = writeups()  # newest question first
         now = stage("writeups written", now)
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
@@ -262,16 +262,45 @@ def report(
 AHEAD_OF_THE_KERNEL = ("ns_per_variant", "history")
 
 
-def _beside_pool() -> Executor:
-    """Where the work beside the kernel runs: a forked process where
-    :func:`kvqueue.report.processed.can_fork`, else a thread. A process has its own GIL:
-    in a thread, the drawing slowed this process's papermill import and kernel start
-    (the kernel drew its first figure 5.4 s after it was started, against 3.5 s)."""
+@contextlib.contextmanager
+def _beside(
+    processed_dir: Path, out: Path, cases: tuple[str, ...]
+) -> Iterator[Callable[[], list[Path]]]:
+    """Run :func:`_beside_the_kernel` beside the notebook's kernel; yield what waits for
+    its result. Leaving the block early (the notebook failed, Ctrl-C) stops it.
+
+    A forked process where :func:`kvqueue.report.processed.can_fork`, else a thread. A
+    process has its own GIL: in a thread, the drawing slowed this process's papermill
+    import and kernel start (the kernel drew its first figure 5.4 s after it was
+    started, against 3.5 s). It ignores Ctrl-C and is terminated instead, at once.
+    """
     import multiprocessing
 
     if processed.can_fork():
-        return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-    return ThreadPoolExecutor(1, thread_name_prefix="writeups")
+        context = multiprocessing.get_context("fork")
+        pool = context.Pool(1, initializer=processed.ignore_interrupts)
+        pending = pool.apply_async(_beside_the_kernel, (processed_dir, out, cases))
+        fetched: list[bool] = []
+
+        def result() -> list[Path]:
+            paths = pending.get()
+            fetched.append(True)
+            return paths
+
+        try:
+            yield result
+        finally:
+            if fetched:
+                pool.close()
+            else:  # left before its result was wanted: stopped, not waited for
+                pool.terminate()
+                for partial in (out / figures.CACHE_FOLDER).glob(".*.tmp"):
+                    partial.unlink(missing_ok=True)  # a figure it was writing
+            pool.join()
+    else:
+        with ThreadPoolExecutor(1, thread_name_prefix="writeups") as threads:
+            future = threads.submit(_beside_the_kernel, processed_dir, out, cases)
+            yield future.result
 
 
 def _beside_the_kernel(processed_dir: Path, out: Path, cases: Sequence[str]) -> list[Path]:

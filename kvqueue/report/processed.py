@@ -342,9 +342,9 @@ _JOB_TIMEOUT = 300.0
 _AHEAD: list[Callable[[], str]] = []
 
 
-def _ignore_interrupts() -> None:
-    # A worker ignores Ctrl-C: the parent stops the pool (cancelling what has not
-    # started), and a worker does not take up the next job after an interrupted one.
+def ignore_interrupts() -> None:
+    """The initializer of a forked worker: it ignores Ctrl-C, and the parent, which gets
+    it, terminates the workers at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -447,7 +447,7 @@ def prepare_ahead(
     # multiprocessing.Pool, not ProcessPoolExecutor: on Ctrl-C or an error,
     # terminate() stops the workers at once (the executor finished its queued jobs
     # first: the report took 10 s to stop).
-    pool = multiprocessing.get_context("fork").Pool(n, initializer=_ignore_interrupts)
+    pool = multiprocessing.get_context("fork").Pool(n, initializer=ignore_interrupts)
     try:
         results = pool.imap_unordered(_run_ahead, range(len(jobs)))
         for count in range(1, len(jobs) + 1):
