@@ -15,8 +15,14 @@ class BenchInputError(ValueError):
 class GateRefused(RuntimeError):
     """The validation gate refused a variant; the message holds the gate's report.
 
-    Nothing was timed and nothing was written.
+    Nothing was timed and nothing was written. ``failure`` is the first refused
+    variant's summary and the first line of its error, one line (empty when the gate
+    did not run).
     """
+
+    def __init__(self, message: str, failure: str = "") -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 class BenchError(RuntimeError):

@@ -232,23 +232,26 @@ def run_gate(
     except json.JSONDecodeError:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise GateRefused(f"validation gate did not run: {tail}") from None
-    lines = []
+    lines, failures = [], []
     for result in report["results"]:
         status = "PASS" if result["ok"] else "FAIL"
         sized = result.get("size_ops_checked", 0)
-        lines.append(
+        summary = (
             f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
             f"{result['invalid_compared']} invalid ops, "
             f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
             f"sha256 {result['sha256'][:16]}"
         )
+        lines.append(summary)
         lines += [f"    note: {note}" for note in result.get("skipped") or ()]
         lines += [f"    differs (recorded): {d}" for d in result.get("invalid_differs") or ()]
         if result["error"]:
             lines.append("    " + result["error"].replace("\n", "\n    "))
+            failures.append(f"{summary}: {result['error'].strip().splitlines()[0]}")
     if proc.returncode != 0:
         raise GateRefused(
-            "validation gate refused a variant; nothing was timed\n" + "\n".join(lines)
+            "validation gate refused a variant; nothing was timed\n" + "\n".join(lines),
+            failure=failures[0] if failures else "",
         )
     print("\n".join(lines), file=sys.stderr)
     return report["results"]

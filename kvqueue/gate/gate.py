@@ -164,7 +164,6 @@ def gate(
         skipped_by: dict[str, int] = {}
         sized_seconds = 0.0
         covered: list[int] = []
-        failed_size = None
         error = None
         phase = "model"
         try:
@@ -189,18 +188,16 @@ def gate(
             phase = "sizes"
             sized_start = time.perf_counter()
             for size in sizes:
-                failed_size = size  # until it passes
                 sized_ops += size_check(variant, size, per_size, seed)
                 covered.append(size)
-            failed_size = None
         except ValidationError as exc:
             error = str(exc)
             if phase == "model":
                 checked = exc.passed
             elif phase == "sizes":
                 sized_ops += exc.passed
-        if phase != "sizes" or error is None:
-            failed_size = None
+        # The sizes are checked in order: the one after the last passed is the one that failed.
+        failed_size = sizes[len(covered)] if phase == "sizes" and error is not None else None
         if phase == "sizes":
             sized_seconds = time.perf_counter() - sized_start
         results.append(

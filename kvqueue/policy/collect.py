@@ -112,29 +112,13 @@ def run_bench_gate(p: PolicyParams, pool: int) -> list[dict[str, Any]]:
     Raises
     ------
     GateRefused
-        The variant failed (one line: the gate's first failing line).
+        The variant failed (one line: the gate's first failing line and its error).
     """
     params = replace(BenchParams(), python=p.python, variants=(p.variant,), pools=(pool,))
     try:
         return runner.run_gate(params)
     except GateRefused as exc:
-        lines = str(exc).splitlines()
-        at = next((i for i, ln in enumerate(lines) if ln.startswith("gate FAIL")), None)
-        if at is None:
-            failing = lines[-1].strip()
-        else:
-            # The FAIL line, then the first line of its error (indented under it).
-            under = lines[at + 1 :]
-            under = under[: next((i for i, ln in enumerate(under) if ln.startswith("gate ")), None)]
-            why = next(
-                (
-                    ln.strip()
-                    for ln in under
-                    if ln.startswith("    ") and not ln.strip().startswith(("note:", "differs"))
-                ),
-                "",
-            )
-            failing = lines[at].strip() + (f": {why}" if why else "")
+        failing = exc.failure or str(exc).strip().splitlines()[-1]
         raise GateRefused(f"policy refused by the bench gate: {failing}") from None
 
 

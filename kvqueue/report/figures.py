@@ -53,9 +53,12 @@ def _ordered_cells(df: pd.DataFrame) -> list[tuple[str, int]]:
     return sorted(cells, key=lambda cp: (schema.case_rank(cp[0]), cp[1]))
 
 
-def _palette(n: int) -> list[Any]:
-    """``n`` distinct colours (:func:`kvqueue.plotstyle.palette`)."""
-    return list(plotstyle.palette(n))
+def _dodge(k: Any, n: int) -> tuple[Any, float]:
+    """Where the ``k``-th of ``n`` items side by side in a category sits (its centre's
+    offset from the category's, 0 for one item; ``k`` may be an array) and how wide
+    each is: together they fill 0.8 of the category."""
+    width = 0.8 / max(1, n)
+    return -0.4 + width * (k + 0.5), width
 
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -67,7 +70,7 @@ def _series_style(
     """Colour by interpreter and marker by host, so that many series stay apart."""
     pythons = sorted({i for _, i in series})
     hosts = sorted({h for h, _ in series})
-    colors = dict(zip(pythons, _palette(len(pythons)), strict=True))
+    colors = dict(zip(pythons, plotstyle.palette(len(pythons)), strict=True))
     return {(h, i): (colors[i], _MARKERS[hosts.index(h) % len(_MARKERS)]) for h, i in series}
 
 
@@ -260,7 +263,7 @@ def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
     comps = _comparisons(data, df)
     order = [_case_pool_label(c, p) for c, p in _ordered_cells(df)]
     series = sorted(df["series"].unique())
-    palette = dict(zip(series, _palette(len(series)), strict=True))
+    palette = dict(zip(series, plotstyle.palette(len(series)), strict=True))
     with plotstyle.whitegrid():
         fig = Figure(figsize=(WIDTH_IN, 3.6 * len(comps) + 1.0), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(comps), 1, squeeze=False)[:, 0]
@@ -303,14 +306,11 @@ def _dots_and_medians(
     One ``scatter`` per series: seaborn's stripplot made one artist per cell × series
     and took 1.9 s of the figure's 2.7 s on the committed data.
     """
-    dodged = len(series) > 1
-    width = 0.8 / len(series) if dodged else 0.8
     cell_x = {c: i for i, c in enumerate(order)}
     for k, ser in enumerate(series):
         rows = sub[sub["series"] == ser]
-        centre = np.array([cell_x[c] for c in rows["cell"]], dtype=float)
-        if dodged:
-            centre += -0.4 + width * (k + 0.5)
+        offset, width = _dodge(k, len(series))
+        centre = np.array([cell_x[c] for c in rows["cell"]], dtype=float) + offset
         jitter = rng.uniform(-0.3, 0.3, len(rows)) * width
         ax.scatter(
             centre + jitter,
@@ -323,7 +323,7 @@ def _dots_and_medians(
             label=ser,
         )
         for cell, value in rows.groupby("cell")["reduction_pct"].median().items():
-            x = cell_x[cell] + ((-0.4 + width * (k + 0.5)) if dodged else 0.0)
+            x = cell_x[cell] + offset
             ax.hlines(value, x - width * 0.4, x + width * 0.4, color="black", lw=2, zorder=4)
     ax.set_xticks(range(len(order)), list(order))
     ax.set_xlim(-0.5, len(order) - 0.5)
@@ -410,17 +410,16 @@ def _bars_and_dots(
     barplot + stripplot made one artist per case × variant (896 scatter calls for the
     committed data) and took most of the figure's time.
     """
-    width = 0.8 / max(1, len(variants))
     case_x = {c: i for i, c in enumerate(cases)}
     var_k = {v: k for k, v in enumerate(variants)}
     sub = sub[sub["case"].isin(case_x) & sub["variant"].isin(var_k)]
-    offset = np.array([var_k[v] for v in sub["variant"]], dtype=float)
-    x = np.array([case_x[c] for c in sub["case"]], dtype=float) - 0.4 + width * (offset + 0.5)
+    offset, width = _dodge(np.array([var_k[v] for v in sub["variant"]], dtype=float), len(variants))
+    x = np.array([case_x[c] for c in sub["case"]], dtype=float) + offset
     med = sub.groupby(["case", "variant"], sort=False)["median_ns"].median()
     for v in variants:
         cells = [(c, m) for (c, var), m in med.items() if var == v]
         if cells:
-            xs = [case_x[c] - 0.4 + width * (var_k[v] + 0.5) for c, _ in cells]
+            xs = [case_x[c] + _dodge(var_k[v], len(variants))[0] for c, _ in cells]
             ax.bar(xs, [m for _, m in cells], width, color=palette[v], alpha=0.85, zorder=2)
     jitter = rng.uniform(-0.1, 0.1, len(x)) * width * 2
     ax.scatter(x + jitter, sub["median_ns"], s=6, color="black", linewidths=0, zorder=3)

@@ -280,12 +280,8 @@ _SAMPLES_CACHE_FILE = "samples.pkl"
 Progress = Callable[[str], None]
 
 
-def _run_key(run: rawdata.Run, settings: ReportSettings, code: str) -> dict[str, Any]:
+def _run_key(run_dir: Path, settings: ReportSettings, code: str) -> dict[str, Any]:
     """What one run's analysis depends on: its files, the analysis settings, the code."""
-    return _run_key_of(run.path, settings, code)
-
-
-def _run_key_of(run_dir: Path, settings: ReportSettings, code: str) -> dict[str, Any]:
     files = {
         name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest()
         for name in (schema.RUN_JSON, schema.SAMPLES_CSV, schema.RUN_NOTEBOOK)
@@ -316,7 +312,7 @@ def cached_run_analysis(
     ahead = set(analysed_ahead or ())
 
     def compute(run: rawdata.Run) -> dict[str, pd.DataFrame]:
-        path = _analysis_path(processed_dir, run.host, run.run_id)
+        path = _cache_file(processed_dir, run.path, _RUN_CACHE_FILE)
         started = time.perf_counter()
         fresh: list[bool] = []
 
@@ -324,7 +320,7 @@ def cached_run_analysis(
             fresh.append(True)
             return ab.analyze_run(run, settings)
 
-        tables = _cached(path, _run_key(run, settings, code), analyse)
+        tables = _cached(path, _run_key(run.path, settings, code), analyse)
         took = f" ({time.perf_counter() - started:.1f} s)" if fresh else ""
         if fresh or f"{run.host}/{run.run_id}" not in ahead:  # else said by prepare_ahead
             say(f"processed: {'analysed' if fresh else 'reused'} {run.host}/{run.run_id}{took}")
@@ -356,8 +352,9 @@ def _run_ahead(index: int) -> tuple[int, str, float]:
     return index, did, time.perf_counter() - started
 
 
-def _analysis_path(processed_dir: Path | str, host: str, run_id: str) -> Path:
-    return Path(processed_dir) / RUN_CACHE / host / run_id / _RUN_CACHE_FILE
+def _cache_file(processed_dir: Path | str, run_dir: Path, name: str) -> Path:
+    """``<processed_dir>/runs/<host>/<run-id>/<name>``: one of a run's cache files."""
+    return Path(processed_dir) / RUN_CACHE / run_dir.parent.name / run_dir.name / name
 
 
 def can_fork() -> bool:
@@ -413,16 +410,20 @@ def prepare_ahead(
             continue  # build names it
         if meta.get("status") != rawdata.COMPLETE:
             continue  # neither parsed nor analysed
-        analysis = _analysis_path(processed_dir, run_dir.parent.name, run_dir.name)
-        key = _run_key_of(run_dir, settings, code)
-        parsed = _samples_key(run_dir, code)
+        analysis = _cache_file(processed_dir, run_dir, _RUN_CACHE_FILE)
+        key = _run_key(run_dir, settings, code)
+        files = key["files"]  # each file hashed once, for both keys
+        parsed = _samples_key(files[schema.SAMPLES_CSV], files[schema.RUN_JSON], code)
         modified = git.get(name) == MODIFIED
         # A history run is parsed here but analysed by kvqueue.history.analyze; a run
         # whose folder differs from its commit is left out, never analysed.
         analysed = (
             schema.run_kind(meta) != schema.KIND_BENCH or modified or _stored_key(analysis) == key
         )
-        if analysed and _stored_key(_samples_path(processed_dir, run_dir)) == parsed:
+        if (
+            analysed
+            and _stored_key(_cache_file(processed_dir, run_dir, _SAMPLES_CACHE_FILE)) == parsed
+        ):
             continue
 
         def job(run_dir: Path = run_dir, analysis: Path = analysis, key: Any = key,
@@ -485,31 +486,27 @@ def _stored_key(path: Path) -> Any:
         return None
 
 
-def _samples_path(processed_dir: Path | str, run_dir: Path) -> Path:
-    folder = Path(processed_dir) / RUN_CACHE / run_dir.parent.name / run_dir.name
-    return folder / _SAMPLES_CACHE_FILE
-
-
-def _samples_key(run_dir: Path, code: str) -> dict[str, str]:
+def _samples_key(samples_sha256: str, run_json_sha256: str, code: str) -> dict[str, str]:
     # run.json too: the samples are checked against its schema version and labels.
     return {
-        name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest()
-        for name in (schema.SAMPLES_CSV, schema.RUN_JSON)
-    } | {"code_sha256": code}
+        schema.SAMPLES_CSV: samples_sha256,
+        schema.RUN_JSON: run_json_sha256,
+        "code_sha256": code,
+    }
 
 
 def cached_samples(processed_dir: Path | str) -> rawdata.SamplesReader:
     """:func:`kvqueue.analysis.rawdata.read_samples`, cached per run folder by the file's
     sha256, its run.json's and :func:`code_hash` (``runs/<host>/<run-id>/samples.pkl``):
-    parsing and
-    checking the committed runs' samples took 4.3 of the 12 s of a cached rebuild."""
+    parsing and checking the committed runs' samples took 4.3 of the 12 s of a cached
+    rebuild."""
     code = code_hash()
 
     def read(path: Path, meta: dict[str, Any], digest: str) -> pd.DataFrame:
-        del digest  # the key hashes the file itself, and run.json with it
+        run_json = hashlib.sha256((path.parent / schema.RUN_JSON).read_bytes()).hexdigest()
         return _cached(
-            _samples_path(processed_dir, path.parent),
-            _samples_key(path.parent, code),
+            _cache_file(processed_dir, path.parent, _SAMPLES_CACHE_FILE),
+            _samples_key(digest, run_json, code),
             lambda: rawdata.read_samples(path, meta),
         )
 
