@@ -8,108 +8,33 @@ VENV         := .venv
 VPY          := $(VENV)/bin/python
 STAMP        := $(VENV)/.installed
 
-# `make bench` parameters: one Make variable per field of kvqueue.params.bench.BenchParams
-# (tests/test_params.py checks that the lists agree); empty = the field's default.
-# PYTHON is the interpreter being MEASURED (any CPython >= 3.10; nothing is installed there).
-# They reach `python -m kvqueue bench --from-env` as KVQUEUE_<NAME> environment
-# variables, verbatim: no value is ever evaluated by a shell.
-BENCH_VARS := HOST PYTHON VARIANTS PROCESSES PRECISION MAX_PROCESSES MAX_MINUTES \
-              CONFIRM_PROCESSES SAMPLES SAMPLE_MS EPOCHS POOLS CASES CONFIRM_CASES CPU GC \
-              SEED GATE_OPS QUICK AA BLOCK_SOURCE BLOCK_MODE METRIC CACHE_SIM
-HOST     ?=
-PYTHON   ?= python3
-VARIANTS ?=
-PROCESSES         ?=
-PRECISION         ?=
-MAX_PROCESSES     ?=
-MAX_MINUTES       ?=
-CONFIRM_PROCESSES ?=
-SAMPLES   ?=
-SAMPLE_MS ?=
-EPOCHS    ?=
-POOLS     ?=
-CASES     ?=
-CONFIRM_CASES ?=
-CPU       ?=
-GC        ?=
-SEED      ?=
-GATE_OPS  ?=
-QUICK     ?=
-AA        ?=
-BLOCK_SOURCE ?=
-BLOCK_MODE ?=
-METRIC ?=
-CACHE_SIM ?=
-RAW_DIR   ?= data/raw
-# make history: the releases to time ('' = every release with the queue), and a source of
-# your own timed as the newest point after them ('' = none).
-RELEASES ?=
-NEWEST   ?=
-# make report: its scope, host labels and run ids, space-separated ('' = every run).
-HOSTS ?=
-RUNS  ?=
-
-# `make policy` parameters: one Make variable per field of kvqueue.params.policy.PolicyParams
-# (empty = the field's default), passed as KVQUEUE_<NAME> like the bench variables.
-POLICY_VARS := HOST PYTHON VARIANT WINDOWS THRESHOLD PROCESSES SEED CPU GC POOL CONCURRENCY \
-               PREFILL PREFILL_SIGMA PREFILL_MAX DECODE DECODE_SIGMA DECODE_MAX DECODE_EVERY \
-               PREFIX_SHARE FAMILIES FREE_ORDER HOLD_STEPS PREFILL_RELEASE REGIME WARMUP_TURNOVERS TURNOVERS \
-               TRACE TRACE_OUT DESC_COST_NS
-VARIANT ?=
-WINDOWS ?=
-THRESHOLD ?=
-POOL ?=
-CONCURRENCY ?=
-PREFILL ?=
-PREFILL_SIGMA ?=
-PREFILL_MAX ?=
-DECODE ?=
-DECODE_SIGMA ?=
-DECODE_MAX ?=
-DECODE_EVERY ?=
-PREFIX_SHARE ?=
-FAMILIES ?=
-FREE_ORDER ?=
-HOLD_STEPS ?=
-PREFILL_RELEASE ?=
-REGIME ?=
-WARMUP_TURNOVERS ?=
-TURNOVERS ?=
-TRACE ?=
-TRACE_OUT ?=
-DESC_COST_NS ?=
-
-# `make check-queue`: our queue's instructions per operation against the committed
-# reference (kvqueue.params.check_queue.CheckQueueParams).
-CHECK_QUEUE_VARS := PYTHONS QUEUE UPDATE REFERENCE
-PYTHONS ?=
-QUEUE ?=
-UPDATE ?=
-REFERENCE ?=
-
-# The variables each target reads, exported to it alone as KVQUEUE_<NAME> (what
-# `python -m kvqueue TARGET --from-env` reads; tests/test_params.py checks that they agree).
-# validate gates what bench would (HOST is no part of it); quick writes nothing (no HOST,
-# RAW_DIR) and is never QUICK; history refuses VARIANTS, AA, BLOCK_SOURCE and QUICK.
-VAR_TARGETS   := validate bench quick history policy report check-queue
-validate_VARS := $(filter-out HOST,$(BENCH_VARS))
-bench_VARS    := $(BENCH_VARS) RAW_DIR
-quick_VARS    := $(filter-out HOST QUICK,$(BENCH_VARS))
-history_VARS  := $(BENCH_VARS) RELEASES NEWEST RAW_DIR
-policy_VARS   := $(POLICY_VARS) RAW_DIR
-report_VARS   := HOSTS RUNS RAW_DIR
-check-queue_VARS := $(CHECK_QUEUE_VARS)
-$(foreach t,$(VAR_TARGETS),$(foreach v,$($(t)_VARS),$(eval $(t): export KVQUEUE_$(v) = $$(value $(v)))))
-# Make exports command-line variables to every recipe, expanding them on the way (a
-# HOST='$(shell ...)' would run); they reach the CLI only as KVQUEUE_*, unexpanded.
-unexport $(BENCH_VARS) $(POLICY_VARS) $(CHECK_QUEUE_VARS) RAW_DIR RELEASES NEWEST HOSTS RUNS
+# The variables of each target come from their declarations (kvqueue.params.command_params,
+# the table behind the CLI's options and --from-env): `python -m kvqueue make-vars` writes
+# each target's list (bench_VARS, ...: what `make help` prints), a `NAME ?=` line per
+# variable (empty = the field's default), their export to that target alone as
+# KVQUEUE_<NAME> = $(value NAME) (the text as typed: neither Make nor a shell evaluates
+# it), and one `unexport` of them all (Make would export command-line variables to every
+# recipe, expanded on the way: a HOST='$(shell ...)' would run).
+# Make remakes the include only when a declaration changes (then restarts): any other call
+# starts no Python. The writer is standard library only, so BOOTSTRAP_PY runs it (-S: no
+# site-packages) and a fresh clone's `make help` or `make setup` needs no .venv. A write
+# that fails (a declaration that does not import) keeps the previous file, with a warning
+# on each call, so that `make help`, `lint` and `test` still run.
+PARAMS_MK := .make/params.mk
+include $(PARAMS_MK)
+$(PARAMS_MK): $(wildcard kvqueue/params/*.py) kvqueue/__main__.py
+	@mkdir -p $(@D)
+	@if PYTHONPATH="$(CURDIR)" $(BOOTSTRAP_PY) -S -m kvqueue make-vars > $@.$$$$.tmp; then \
+	  mv $@.$$$$.tmp $@; \
+	else rm -f $@.$$$$.tmp; test -f $@ || exit 1; \
+	  echo "make: warning: python -m kvqueue make-vars failed; kept the previous $@" >&2; fi
 
 .DEFAULT_GOAL := help
 
 .PHONY: help setup test test-fast lint format validate bench quick history policy check-queue report notebooks clean FORCE
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
+	@grep -hE '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
 	  awk -F'\t' '{printf "  %-22s %s\n", $$1, $$2}'
 	@echo
 	@echo "  variables of each target (empty = the default; what each means and its default:"
@@ -131,12 +56,12 @@ test-fast: $(STAMP) ## run the tests not marked slow (no subprocess/papermill/Ch
 	$(VPY) -m pytest -q -m "not slow"
 
 lint: $(STAMP) ## ruff format check + lint
-	$(VPY) -m ruff format --check kvqueue tests
-	$(VPY) -m ruff check kvqueue tests
+	$(VPY) -m ruff format --check kvqueue tests methods
+	$(VPY) -m ruff check kvqueue tests methods
 
 format: $(STAMP) ## apply ruff formatting and safe fixes
-	$(VPY) -m ruff format kvqueue tests
-	$(VPY) -m ruff check --fix kvqueue tests
+	$(VPY) -m ruff format kvqueue tests methods
+	$(VPY) -m ruff check --fix kvqueue tests methods
 
 validate: $(STAMP) ## run the gate of a bench (VARIANTS, AA, GATE_OPS, POOLS, BLOCK_SOURCE, BLOCK_MODE) under PYTHON
 	PYTHONPATH="$(CURDIR)" "$${KVQUEUE_PYTHON:-python3}" -m kvqueue validate --from-env
@@ -192,6 +117,9 @@ $(REPORT_SCOPE): FORCE
 .PHONY: FORCE
 FORCE:
 
+# The report's own variable (CASES of the writeups, not of a bench): unexported like the
+# generated ones, whichever targets those name.
+unexport CASES
 $(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(value CASES)
 $(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
 	$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \

@@ -1,13 +1,15 @@
 """kvqueue-bench: a paired, order-randomized A/B benchmark of vLLM's free-block queue.
 
-One folder per stage (``subject``, ``sources``, ``gate``, ``bench``, ``analysis``,
-``report``) and per question (``history``, ``policy``); the root holds what every part
-shares (``schema``, ``errors``, ``hostinfo``, ``child``, ``versions``, ``formatting``,
-``kernel``, ``params``). The measured side (``subject``, ``sources``, ``gate``, the
-workers) uses only the standard library, so it runs under any CPython >= 3.10 with
-nothing installed there; ``analysis`` and ``report`` need the project's virtual
-environment and never import the measuring side. The module map and its rules:
-``docs/design.md`` §8, checked by ``tests/test_architecture.py``.
+Shared stages: ``subjects`` (what is measured), ``sources`` (where variants come from),
+``gate``, ``measure`` (worker processes and run folders, by time or by instructions),
+``rawdata`` (reading the run folders), ``stats``, ``processed`` (the tables on disk),
+``params`` and ``report`` (the framework and the build's orchestrator); one folder per
+question: ``ab``, ``history``, ``policy``. The root holds what every part shares
+(``schema``, ``errors``, ``hostinfo``, ``formatting``, ``kernel``, ``runrecord``). The
+measured side (``subjects``, ``sources``, ``gate``, the workers) uses only the standard
+library, so it runs under any CPython >= 3.10 with nothing installed there; the read
+side needs the project's virtual environment and never imports ``measure`` or ``gate``.
+The map: ``docs/design.md`` §8; the rules: ``tests/test_architecture.py``.
 """
 
 import sys

@@ -13,16 +13,22 @@
 ``policy``
     allocation policies on the churn workload, checked by invariants, into
     ``data/raw/<host>/<run-id>/`` (``make policy``);
+``check-queue``
+    our queue's instructions per operation against the committed reference
+    (``make check-queue``);
 ``sync-notebooks``
-    regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`.
+    regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`;
+``make-vars``
+    print the Makefile's variables of each target (the Makefile includes them).
 
-Every command is declared one way: its parameter fields (:class:`_Reads`, from
-:mod:`kvqueue.params`) give its options, through :func:`_add_param_options`, and the
-Make variables that ``--from-env`` reads (``KVQUEUE_<NAME>``, :func:`reads`); its errors
-end in one line through :func:`_one_line_errors`. Each command imports what it needs when
-it runs (as pyperf's ``__main__`` does): ``validate`` and ``bench`` up to the notebook
-are standard library only and run on a bare interpreter, ``report`` needs the project's
-virtual environment.
+Every command is declared one way, in :data:`kvqueue.params.command_params.READS`: its
+parameter fields give its options, through :func:`_add_param_options`, the Make variables
+that ``--from-env`` reads (``KVQUEUE_<NAME>``, :func:`reads`) and, through ``make-vars``,
+what the Makefile exports to the target of the same name; its errors end in one line
+through :func:`_one_line_errors`. Each command imports what it needs when it runs (as
+pyperf's ``__main__`` does): ``validate`` and ``bench`` up to the notebook are standard
+library only and run on a bare interpreter, ``report`` needs the project's virtual
+environment.
 """
 
 from __future__ import annotations
@@ -32,23 +38,22 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.params import bench as bench_params
-from kvqueue.params import check_queue as check_queue_params
-from kvqueue.params import history as history_params
-from kvqueue.params import policy as policy_params
-from kvqueue.params import report as report_params
+from kvqueue.params import (
+    bench_params,
+    check_queue_params,
+    history_params,
+    policy_params,
+    report_params,
+)
+from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, reads
 from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resolve_in_repo, spec_of
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
-#: Make variable of the raw data's root (``KVQUEUE_RAW_DIR`` with ``--from-env``).
-RAW_DIR = "RAW_DIR"
-_RAW_DIR_DEFAULT = "data/raw"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
 _MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue")
 
@@ -63,69 +68,6 @@ class _OneLineParser(argparse.ArgumentParser):
 # ------------------------------------------------------------------ one way to declare
 
 
-@dataclass(frozen=True)
-class _Reads:
-    """The parameters of one command.
-
-    Attributes
-    ----------
-    fields
-        Parameter fields (:mod:`kvqueue.params`): one option each and, with a Make
-        variable, one ``KVQUEUE_<NAME>`` that ``--from-env`` reads.
-    defaults
-        Defaults of this command where they differ from the fields' (shown in ``--help``).
-    refused
-        Fields that ``--from-env`` reads only to refuse them (no option).
-    extra
-        Further Make variables the command reads (``RAW_DIR``, ``RELEASES``).
-    options
-        Whether the fields are options (``validate`` reads them from the environment only).
-    """
-
-    fields: tuple[Any, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    refused: tuple[Any, ...] = ()
-    extra: tuple[str, ...] = ()
-    options: bool = True
-
-    def variables(self) -> list[str]:
-        """The Make variables, in field order, then the extra ones."""
-        makes = [spec_of(f).make for f in (*self.fields, *self.refused)]
-        return [m for m in makes if m] + list(self.extra)
-
-
-def _bench_fields(*leave_out: str) -> tuple[Any, ...]:
-    return tuple(f for f in bench_params.bench_fields() if f.name not in leave_out)
-
-
-#: What each command reads (the single declaration behind options, help and --from-env).
-_READS: dict[str, _Reads] = {
-    # What `make bench` would gate: every bench variable but HOST, checked as for a bench.
-    "validate": _Reads(_bench_fields("host"), options=False),
-    "bench": _Reads(_bench_fields(), extra=(RAW_DIR,)),
-    "quick": _Reads(_bench_fields("host", "quick"), bench_params.QUICK_LOOP_DEFAULTS),
-    "history": _Reads(
-        _bench_fields(*history_params.CHOSEN),
-        history_params.HISTORY_DEFAULTS,
-        refused=tuple(f for f in bench_params.bench_fields() if f.name in history_params.CHOSEN),
-        extra=(history_params.RELEASES, history_params.NEWEST, RAW_DIR),
-    ),
-    "policy": _Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
-    "report": _Reads(tuple(report_params.report_fields()), extra=(RAW_DIR,)),
-    "check-queue": _Reads(tuple(check_queue_params.check_queue_fields())),
-    "sync-notebooks": _Reads(),
-}
-
-
-def reads(command: str) -> list[str]:
-    """The Make variables that ``command`` reads (as ``KVQUEUE_<NAME>``, with ``--from-env``).
-
-    ``make help`` lists the same per target, the Makefile exports exactly these to it,
-    and the command's ``--help`` names each (``tests/test_params.py`` checks all three).
-    """
-    return _READS[command].variables()
-
-
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -138,8 +80,8 @@ def _add_param_options(p: argparse.ArgumentParser, command: str) -> None:
     """One option per parameter field of ``command``, its help ending in
     ``[MAKE VARIABLE; default: ...]``; the option's value is the text, ``None`` if not
     given (the field's parser reads it: :func:`kvqueue.params.spec.parse_value`)."""
-    declared = _READS[command]
-    for f in declared.fields:
+    declared = READS[command]
+    for f in declared.option_fields():
         spec = spec_of(f)
         default = declared.defaults.get(f.name, default_of(f))
         text = spec.help.replace("%", "%%")  # argparse formats help with %
@@ -167,7 +109,7 @@ def _add_raw_dir(p: argparse.ArgumentParser) -> None:
         "--raw-dir",
         type=Path,
         default=None,
-        help=f"root of the raw data [{RAW_DIR}; default: {_RAW_DIR_DEFAULT}]",
+        help=f"root of the raw data [{RAW_DIR}; default: {RAW_DIR_DEFAULT}]",
     )
 
 
@@ -185,22 +127,21 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
     """The texts of the command's fields, keyed by field name (``None``: not given): from
     its options, or with ``--from-env`` from ``KVQUEUE_<MAKE VARIABLE>`` (its refused
     fields included), when no option may be given too."""
-    declared = _READS[command]
-    names = [f.name for f in declared.fields] if declared.options else []
+    declared = READS[command]
+    names = [f.name for f in declared.option_fields()]
     if not getattr(args, "from_env", False):
         return {n: getattr(args, n) for n in names}
     given = [n for n in names if getattr(args, n) is not None]
     if given:
         raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
     # A field without a Make variable (report's pairs, confidence, ...) is not read.
-    read = [f for f in (*declared.fields, *declared.refused) if spec_of(f).make]
-    return environment_texts(read, os.environ)
+    return environment_texts(declared.read_fields(), os.environ)
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
     """``--raw-dir``, else (with ``--from-env``) ``KVQUEUE_RAW_DIR``, else ``data/raw``."""
     text = args.raw_dir or (os.environ.get(ENV_PREFIX + RAW_DIR, "") if args.from_env else "")
-    return Path(text or resolve_in_repo(_RAW_DIR_DEFAULT)).resolve()
+    return Path(text or resolve_in_repo(RAW_DIR_DEFAULT)).resolve()
 
 
 def _prefix(command: str) -> str:
@@ -244,8 +185,9 @@ def _one_line_errors(
 def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
-    from kvqueue import child, schema
+    from kvqueue import schema
     from kvqueue.gate import gate
+    from kvqueue.measure import child
     from kvqueue.sources import loader
 
     child.die_with_parent()  # when started by the runner (a no-op by hand)
@@ -315,18 +257,18 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
-    from kvqueue.gate import model, sizes
+    from kvqueue.gate import model_check, size_check
 
     p = sub.add_parser("validate", help="run the validation gate; the first source is the baseline")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help=_SOURCES_HELP)
     p.add_argument(
         "--ops",
         type=int,
-        default=model.DEFAULT_OPS,
+        default=model_check.DEFAULT_OPS,
         help="random operations per variant (default %(default)s)",
     )
     p.add_argument(
-        "--seed", type=int, default=model.DEFAULT_SEED, help="seed (default %(default)s)"
+        "--seed", type=int, default=model_check.DEFAULT_SEED, help="seed (default %(default)s)"
     )
     p.add_argument(
         "--block-source",
@@ -349,9 +291,9 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sizes",
         type=_sizes,
-        default=sizes.DEFAULT_SIZES,
+        default=size_check.DEFAULT_SIZES,
         help="queue sizes of the timed-size model check, space or comma separated "
-        f"(default {' '.join(map(str, sizes.DEFAULT_SIZES))})",
+        f"(default {' '.join(map(str, size_check.DEFAULT_SIZES))})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _add_from_env(
@@ -388,27 +330,27 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 @_one_line_errors("bench")
 def _cmd_bench(args: argparse.Namespace) -> None:
     from kvqueue import schema
-    from kvqueue.bench import checks as bench_checks
+    from kvqueue.measure import interpreter_checks
 
     os.environ[bench_params.BUDGET_START_ENV] = repr(time.time())  # MAX_MINUTES counts from here
     raw_dir = _raw_dir(args)
     # The one place input is checked.
-    checked = bench_checks.check(bench_params.from_text(_texts(args, "bench")))
+    checked = interpreter_checks.check(bench_params.from_text(_texts(args, "bench")))
     if checked.params.metric == "instructions":
         # Counts are deterministic and need no notebook of timing processes.
-        from kvqueue.bench import count_run
+        from kvqueue.measure import counts_run
 
-        count_run.run_counts(checked, raw_dir, launcher_pid=os.getpid())
+        counts_run.run_counts(checked, raw_dir, launcher_pid=os.getpid())
         return
     run_id = schema.new_run_id(checked.python["tag"])
     if args.no_notebook:
-        from kvqueue.bench import runner
+        from kvqueue.measure import runner
 
         runner.run_bench(checked, raw_dir, run_id)
     else:
-        from kvqueue.bench import notebook
+        from kvqueue.measure import run_notebook
 
-        notebook.run_bench_notebook(checked, raw_dir, run_id)
+        run_notebook.run_bench_notebook(checked, raw_dir, run_id)
 
 
 # ------------------------------------------------------------------ quick
@@ -430,9 +372,9 @@ def _add_quick(sub: argparse._SubParsersAction) -> None:
 @_one_line_errors("quick")
 def _cmd_quick(args: argparse.Namespace) -> None:
     given = bench_params.parse_texts(_texts(args, "quick"))
-    from kvqueue.bench import quick
+    from kvqueue.ab import quick_loop
 
-    quick.run_quick(quick.quick_params(given))
+    quick_loop.run_quick(quick_loop.quick_params(given))
 
 
 # ------------------------------------------------------------------ check-queue
@@ -454,28 +396,29 @@ def _add_check_queue(sub: argparse._SubParsersAction) -> None:
 
 @_one_line_errors("check-queue")
 def _cmd_check_queue(args: argparse.Namespace) -> int:
-    from kvqueue.bench import check_queue
+    from kvqueue.ab import queue_check
 
     p = check_queue_params.from_text(_texts(args, "check-queue"))
-    outcomes = check_queue.check(
+    outcomes = queue_check.check(
         p.pythons,
         queue=p.queue,
         reference=resolve_in_repo(p.reference),
         update=p.update,
     )
-    return check_queue.exit_status(outcomes)
+    return queue_check.exit_status(outcomes)
 
 
 # ------------------------------------------------------------------ history
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
-    *others, last = [spec_of(f).make for f in _READS["history"].refused]
+    *others, last = READS["history"].refused_variables()
     chosen = f"{', '.join(others)} and {last}"
     p = sub.add_parser(
         "history",
         help="time every distinct queue version of vLLM's releases into data/raw/<host>/",
-        description="A bench run over vLLM's release history (kvqueue.history.collect): every "
+        description="A bench run over vLLM's release history "
+        "(kvqueue.history.history_collect): every "
         "release from the first with the V1 free-block queue to the newest (or RELEASES), "
         "each distinct class version once, own block classes, paired protocol. Every option "
         f"is also a Make variable of `make history` (shown in brackets); {chosen} are chosen "
@@ -501,7 +444,7 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
 
 @_one_line_errors("history")
 def _cmd_history(args: argparse.Namespace) -> None:
-    from kvqueue.history import collect as history_collect
+    from kvqueue.history import history_collect
 
     # MAX_MINUTES budgets the whole command: the release listing and fetches included.
     os.environ[bench_params.BUDGET_START_ENV] = repr(time.time())
@@ -542,11 +485,9 @@ def _add_policy(sub: argparse._SubParsersAction) -> None:
 @_one_line_errors("policy")
 def _cmd_policy(args: argparse.Namespace) -> None:
     from kvqueue import schema
-    from kvqueue.policy import checks as policy_checks
-    from kvqueue.policy import collect as policy_collect
-    from kvqueue.policy import trace as policy_trace
-    from kvqueue.subject.block import KVCacheBlock
-    from kvqueue.subject.ours import FreeKVCacheBlockQueue
+    from kvqueue.policy import policy_checks, policy_collect, trace
+    from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
+    from kvqueue.subjects.stand_in_block import KVCacheBlock
 
     texts = _texts(args, "policy")
     raw_dir = _raw_dir(args)
@@ -556,7 +497,7 @@ def _cmd_policy(args: argparse.Namespace) -> None:
         # events do not depend on the variant) and runs nothing else.
         policy_checks.check_values(given)
         workload = policy_checks.workload_of(given)
-        count = policy_trace.write_synthetic(
+        count = trace.write_synthetic(
             given.trace_out,
             workload,
             given.seed,
@@ -601,7 +542,7 @@ def _report_cases(text: str) -> tuple[str, ...]:
     """The writeups' cases from ``--cases`` ('' = the headline cases); an unknown one
     stops the report before anything is written."""
     from kvqueue import schema
-    from kvqueue.report.ab_tables import HEADLINE_CASES
+    from kvqueue.ab.ab_tables import HEADLINE_CASES
 
     cases = tuple(dict.fromkeys(text.split()))
     unknown = [c for c in cases if c not in schema.CASES]
@@ -629,13 +570,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
 
 
-# ------------------------------------------------------------------ sync-notebooks
+# ------------------------------------------------------------------ sync-notebooks, make-vars
 
 
 def _cmd_sync_notebooks(_args: argparse.Namespace) -> int:
-    from kvqueue.bench import notebook
+    from kvqueue.measure import run_notebook
 
-    changed = notebook.sync_parameters_cells()
+    changed = run_notebook.sync_parameters_cells()
     for path in changed:
         print(f"rewrote the parameters cell of {path}")
     if not changed:
@@ -643,12 +584,19 @@ def _cmd_sync_notebooks(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_make_vars(_args: argparse.Namespace) -> int:
+    from kvqueue.params import make_vars
+
+    sys.stdout.write(make_vars.fragment())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The one parser of ``python -m kvqueue`` (all subcommands)."""
     parser = _OneLineParser(
         prog="python -m kvqueue",
-        description="kvqueue-bench: validate, bench, quick, history, policy, report, "
-        "sync-notebooks (`python -m kvqueue COMMAND --help` for each).",
+        description="kvqueue-bench: validate, bench, quick, history, policy, check-queue, "
+        "report, sync-notebooks, make-vars (`python -m kvqueue COMMAND --help` for each).",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
@@ -660,6 +608,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)
+    p = sub.add_parser(
+        "make-vars",
+        help="print the Make variables of every target (the Makefile's generated include)",
+        description="Print, for each Make target that passes variables to its command, "
+        "the variables (TARGET_VARS), their NAME ?= lines, their export to that target "
+        "alone as KVQUEUE_NAME = $(value NAME) and the unexport of them all, from "
+        "kvqueue.params.command_params. The Makefile writes this to .make/params.mk.",
+    )
+    p.set_defaults(func=_cmd_make_vars)
     return parser
 
 

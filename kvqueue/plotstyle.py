@@ -1,104 +1,111 @@
-"""The figures' look: one style context and the palettes, for the report and the
-questions' display modules (root module: it imports no folder).
+"""seaborn for the figures: its theme and palettes, and intervals computed elsewhere
+drawn by its interval plots (root module: it imports no folder).
 
-The values are seaborn 0.13's ``axes_style("whitegrid")`` and
-``plotting_context("notebook")`` and its ``colorblind`` palette, written out as
-matplotlib settings: the figures used seaborn for nothing else, and importing it (with
-the ``scipy.stats`` it pulls in) took 1.8 s of every process that draws, the report
-notebook's kernel included. The one key left out is ``image.cmap`` ("rocket", a colour
-map that only importing seaborn registers); no figure draws an image.
+The report's figures (:mod:`kvqueue.report.figures`) and the questions' display modules
+(``policy_present``, ``history_present``) draw with seaborn, in its ``whitegrid`` style,
+``notebook`` context and ``colorblind`` palette. It is imported on first use
+(:func:`seaborn`), never at import time: importing it took 2.8 s after the figures
+module's own imports (``-X importtime``, best of 5 on 2 busy vCPUs; 0.2 s of it seaborn's
+own modules, the rest the ``scipy.stats`` it pulls in), and the modules that draw are
+imported by processes that do not: the report's own process (:mod:`kvqueue.report.build`,
+before its processed stage) and a notebook kernel whose figures all come from the
+figure cache.
 """
 
 from __future__ import annotations
 
-import colorsys
 import contextlib
 from collections.abc import Iterator
+from types import ModuleType
 
-#: seaborn's "whitegrid" axes style.
-WHITEGRID: dict[str, object] = {
-    "figure.facecolor": "white",
-    "axes.labelcolor": ".15",
-    "xtick.direction": "out",
-    "ytick.direction": "out",
-    "xtick.color": ".15",
-    "ytick.color": ".15",
-    "axes.axisbelow": True,
-    "grid.linestyle": "-",
-    "text.color": ".15",
-    "font.family": ["sans-serif"],
-    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans",
-                        "sans-serif"],
-    "lines.solid_capstyle": "round",
-    "patch.edgecolor": "w",
-    "patch.force_edgecolor": True,
-    "xtick.top": False,
-    "ytick.right": False,
-    "axes.grid": True,
-    "axes.facecolor": "white",
-    "axes.edgecolor": ".8",
-    "grid.color": ".8",
-    "axes.spines.left": True,
-    "axes.spines.bottom": True,
-    "axes.spines.right": True,
-    "axes.spines.top": True,
-    "xtick.bottom": False,
-    "ytick.left": False,
-}  # fmt: skip
+import pandas as pd
 
-#: seaborn's "notebook" plotting context (sizes of lines, ticks and fonts).
-NOTEBOOK: dict[str, object] = {
-    "axes.linewidth": 1.25,
-    "grid.linewidth": 1,
-    "lines.linewidth": 1.5,
-    "lines.markersize": 6,
-    "patch.linewidth": 1,
-    "xtick.major.width": 1.25,
-    "ytick.major.width": 1.25,
-    "xtick.minor.width": 1,
-    "ytick.minor.width": 1,
-    "xtick.major.size": 6,
-    "ytick.major.size": 6,
-    "xtick.minor.size": 4,
-    "ytick.minor.size": 4,
-    "font.size": 12,
-    "axes.labelsize": 12,
-    "axes.titlesize": 12,
-    "xtick.labelsize": 11,
-    "ytick.labelsize": 11,
-    "legend.fontsize": 11,
-    "legend.title_fontsize": 12,
-}
 
-#: seaborn's "colorblind" palette (10 colours, distinguishable with colour blindness).
-COLORBLIND = (
-    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
-    "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9",
-)  # fmt: skip
+def seaborn() -> ModuleType:
+    """The ``seaborn`` module, imported on the first call (see the module's docstring)."""
+    import seaborn
+
+    return seaborn
 
 
 @contextlib.contextmanager
-def whitegrid() -> Iterator[None]:
-    """The style while a figure is drawn, as a context: the global rcParams are restored
-    after it, so no figure restyles the ones drawn after it in the same process."""
-    import matplotlib
+def theme() -> Iterator[None]:
+    """seaborn's ``whitegrid`` style and ``notebook`` context while a figure is drawn.
 
-    with matplotlib.rc_context({**WHITEGRID, **NOTEBOOK}):
+    A context, never a global theme: the rcParams are restored after it, so no figure
+    restyles the ones drawn after it in the same process (a notebook's own plots
+    included).
+    """
+    sns = seaborn()
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
         yield
 
 
-def colorblind(n: int) -> list[str]:
-    """``n`` colours of :data:`COLORBLIND`, repeated after 10."""
-    return [COLORBLIND[k % len(COLORBLIND)] for k in range(n)]
+def palette(n: int) -> list[tuple[float, float, float]]:
+    """``n`` distinct colours: seaborn's ``colorblind`` up to 10, then ``tab20``, then
+    evenly spaced ``hls`` hues.
+
+    Parameters
+    ----------
+    n
+        How many colours.
+
+    Returns
+    -------
+    list of tuple of float
+        RGB colours.
+    """
+    name = "colorblind" if n <= 10 else "tab20" if n <= 20 else "hls"
+    return list(seaborn().color_palette(name, max(1, n)))[:n]
 
 
-def palette(n: int) -> list[str] | list[tuple[float, float, float]]:
-    """``n`` distinct colours: colour-blind safe up to 10, then matplotlib's tab20, then
-    evenly spaced hues."""
-    if n <= len(COLORBLIND):
-        return colorblind(n)
-    if n <= 20:
-        import matplotlib
+def given_intervals(
+    df: pd.DataFrame, estimate: str, low: str, high: str, *, scale: float = 1.0
+) -> pd.DataFrame:
+    """``df`` with three rows per row for seaborn's interval plots: each row's ``low``,
+    ``estimate`` and ``high`` (times ``scale``) in the column ``value``, in this order.
 
-        return [tuple(c) for c in matplotlib.colormaps["tab20"].colors[:n]]  # type: ignore[attr-defined]
-    return [colorsys.hls_to_rgb(k / n, 0.6, 0.65) for k in range(n)]
+    seaborn's point and line plots compute their own estimate and interval from the
+    rows of each point; with ``estimator=`` :func:`given_estimate` and ``errorbar=``
+    :func:`given_interval` they read these three back instead, so the figures show the
+    intervals of the processed tables (bootstrap, order-statistic, t), never another
+    computation. Each point must be one row of ``df``.
+
+    Parameters
+    ----------
+    df
+        One row per point.
+    estimate, low, high
+        Columns of the point estimate and its interval's ends.
+    scale
+        Factor of every value (100: fractions shown as percent).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``df``'s columns and ``value``, ``3 × len(df)`` rows.
+    """
+    # Concatenated blocks: within every group of one point (groupby keeps the order of
+    # the rows) the low comes first, the estimate second, the high last.
+    parts = [df.assign(value=df[col] * scale) for col in (low, estimate, high)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def given_estimate(values: pd.Series) -> float:
+    """The estimate of one point of :func:`given_intervals` (its middle row)."""
+    _check_point(values)
+    return float(values.iloc[1])
+
+
+def given_interval(values: pd.Series) -> tuple[float, float]:
+    """The interval of one point of :func:`given_intervals` (its first and last row)."""
+    _check_point(values)
+    return float(values.iloc[0]), float(values.iloc[2])
+
+
+def _check_point(values: pd.Series) -> None:
+    if len(values) != 3:
+        raise ValueError(
+            f"a plotted point has {len(values)} rows, not the 3 of given_intervals "
+            "(is a point in the table twice?)"
+        )

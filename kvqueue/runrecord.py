@@ -1,7 +1,7 @@
 """The typed run record: the ``run.json`` a run of any kind starts with, and its text.
 
 One record for every kind (bench, history, policy, counts), built in one place
-(:func:`kvqueue.bench.runfiles.start_record`); its keys are :mod:`kvqueue.schema`'s.
+(:func:`kvqueue.measure.run_folder.start_record`); its keys are :mod:`kvqueue.schema`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run_json_text(record: Mapping[str, Any]) -> str:
 class RunRecord:
     """The ``run.json`` a run of any kind (:data:`RUN_KINDS`) starts with.
 
-    The run folder's writer (:class:`kvqueue.bench.runfiles.RunWriter`) then keeps the
+    The run folder's writer (:class:`kvqueue.measure.run_folder.RunWriter`) then keeps the
     dict of :meth:`as_dict` up to date: ``processes_completed``, ``process_info``,
     ``files``, ``status`` and ``ended_at``, ``sizing`` and ``error`` when they arise.
 

@@ -51,7 +51,7 @@ FILES_KEY = "files"
 RUN_JSON = "run.json"
 SAMPLES_CSV = "samples.csv"
 #: The executed bench notebook in a run folder (its source is
-#: ``kvqueue.bench.notebook.BENCH_NOTEBOOK_PATH``).
+#: ``kvqueue.measure.run_notebook.BENCH_NOTEBOOK_PATH``).
 RUN_NOTEBOOK = "bench.ipynb"
 
 SAMPLE_COLUMNS = (
@@ -310,8 +310,8 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "included": _B,
         "headline": _B,
         "note": _S,
-        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.analysis.integrity)
-        "git_state": _S,  # committed | modified | untracked | no git (kvqueue.report.processed)
+        "integrity": _S,  # sealed | unsealed (...) | altered: <why> (kvqueue.rawdata.integrity)
+        "git_state": _S,  # committed | modified | untracked | no git (kvqueue.rawdata.git_state)
         "protocol": _S,  # full | quick (smoke run) | too few processes | reduced (...)
         "warnings": _S,  # host label on several CPU models; a release with two digests
         "schema_version": _I,  # the run's raw-data format (older runs keep theirs)
@@ -440,7 +440,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_low": _F,
         "ci_high": _F,
     },
-    # Policy runs (kind "policy"; kvqueue.policy.analyze): one row per run, policy, metric.
+    # Policy runs (kind "policy"; kvqueue.policy.policy_analysis): one row per run, policy, metric.
     "policy": {
         "host": _S,
         "interpreter": _S,
@@ -456,13 +456,13 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
         "n_processes": _I,
-        "metric": _S,  # a key of kvqueue.policy.analyze.METRICS
+        "metric": _S,  # a key of kvqueue.policy.policy_analysis.METRICS
         "estimate": _F,
         "ci_low": _F,
         "ci_high": _F,
         "ci_method": _S,
     },
-    # History runs (kind "history"; kvqueue.history.analyze): one row per run, cell and
+    # History runs (kind "history"; kvqueue.history.history_analysis): one row per run, cell and
     # version, oldest version first (order 0).
     "history": {
         "host": _S,
@@ -503,7 +503,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "ci_high": _F,
         "significant": _B,  # the interval excludes 0
     },
-    # One row per run folder found, whatever its kind (kvqueue.analysis.ledger).
+    # One row per run folder found, whatever its kind (kvqueue.rawdata.run_ledger).
     "ledger": {
         "host": _S,
         "run_id": _S,
@@ -513,14 +513,14 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "started_at": _S,
         "use": _S,  # headline | shown | left out
         "reason": _S,
-        # What repeats the run (kvqueue.analysis.ledger.make_command): the make target,
+        # What repeats the run (kvqueue.rawdata.run_ledger.make_command): the make target,
         # the interpreter, and JSON [[VAR, text], ...] of every other recorded parameter.
         "make_target": _S,
         "commit": _S,  # the project commit the run was made at (run.json "project")
         "python_executable": _S,
         "make_args": _S,
     },
-    # Counts runs (kind "counts"; kvqueue.analysis.counts): per run, cell and variant.
+    # Counts runs (kind "counts"; kvqueue.stats.count_figures): per run, cell and variant.
     "counts": {
         "host": _S,
         "interpreter": _S,
@@ -569,7 +569,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
 #: A policy run's rows (kind :data:`KIND_POLICY`), next to its ``run.json``.
 POLICY_CSV = "policy.csv"
 #: Columns of one policy worker result row: the per-process, per-policy metrics, sums,
-#: so the analysis can form any ratio of them (:mod:`kvqueue.policy.worker`).
+#: so the analysis can form any ratio of them (:mod:`kvqueue.policy.policy_worker`).
 POLICY_ROW_KEYS = (
     "policy",
     "window",
@@ -595,7 +595,7 @@ POLICY_ROW_KEYS = (
 #: warm-up and measurement in engine steps; still read, never written).
 POLICY_COLUMNS = ("process", *POLICY_ROW_KEYS)
 #: A steady-state policy run's rows (``run.json`` ``protocol`` :data:`POLICY_PROTOCOL`):
-#: one per process, policy and engine-age window (:mod:`kvqueue.policy.measure`).
+#: one per process, policy and engine-age window (:mod:`kvqueue.policy.age_windows`).
 POLICY_AGE_CSV = "policy_age.csv"
 POLICY_PROTOCOL = "steady-state-1"
 POLICY_AGE_ROW_KEYS = (
@@ -634,14 +634,14 @@ HISTORY_KEY = "history"
 
 # ------------------------------------------------------------------ counts runs
 
-#: A counts run's rows: one per cachegrind run (``kvqueue.bench.counts``).
+#: A counts run's rows: one per cachegrind run (``kvqueue.measure.cachegrind``).
 COUNTS_CSV = "counts.csv"
 #: cachegrind's events; only ``Ir`` without the cache simulation (the others empty).
 COUNT_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
 #: ``counts.csv`` header. ``run`` is ``zero`` / ``zero2`` (the variant's layout and
 #: warm-up, ``case`` ``*`` for every case; twice: the count's own resolution) or
 #: ``target`` (the same plus ``loops`` loops of ``case``); ``per_loop`` is
-#: :func:`kvqueue.subject.cases.ops_per_loop` (0 for a zero run).
+#: :func:`kvqueue.subjects.queue_cases.ops_per_loop` (0 for a zero run).
 COUNT_COLUMNS = ("case", "pool", "label", "run", "loops", "per_loop", *COUNT_EVENTS)
 #: run.json key of a counts run's method: valgrind version and options, operations, seed.
 COUNTING_KEY = "counting"

@@ -175,10 +175,10 @@ def fake_python(path: Path, version_info: tuple[int, int, int]) -> Path:
 
 
 def run_worker(spec: dict[str, Any], python: str = sys.executable) -> subprocess.CompletedProcess:
-    """Run ``python -m kvqueue.bench.worker`` with ``spec`` as JSON on stdin (as the runner
+    """Run ``python -m kvqueue.measure.timing_worker`` with ``spec`` as JSON on stdin (as the runner
     does)."""
     return subprocess.run(
-        [python, "-m", "kvqueue.bench.worker"],
+        [python, "-m", "kvqueue.measure.timing_worker"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,

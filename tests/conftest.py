@@ -1,7 +1,7 @@
 """Shared fixtures: the hand-written fixture queue, a CLI runner, temporary git repos.
 
 Nothing here (nor in ``tests/queues/``) contains vLLM source text: the fixture queues are
-written from the contract, i.e. the behaviour of ``kvqueue/subject/ours.py``.
+written from the contract, i.e. the behaviour of ``kvqueue/subjects/our_queue.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.sources.cache import MEMBER
+from kvqueue.sources.release_cache import MEMBER
 
 # One bench lock per test session (inherited by the CLI subprocesses): the suite's tiny
 # benches then never wait for, or refuse because of, a bench running elsewhere.

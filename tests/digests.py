@@ -2,7 +2,7 @@
 
 Moved here from the release fetch, which never used it: the tests check with it that a
 run's ``file_sha256`` of each release is the digest this host recorded when it fetched
-that release (``kvqueue.sources.cache.read_record``), and that committed runs agree
+that release (``kvqueue.sources.release_cache.read_record``), and that committed runs agree
 with one another.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvqueue.sources.cache import read_record
-from kvqueue.sources.errors import CacheMismatch
-from kvqueue.versions import is_version
+from kvqueue.sources.fetch_errors import CacheMismatch
+from kvqueue.sources.release_cache import read_record
+from kvqueue.sources.versions import is_version
 
 
 @dataclass(frozen=True)

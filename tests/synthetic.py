@@ -16,10 +16,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from kvqueue import schema
+from kvqueue.policy import policy_analysis
+from kvqueue.rawdata import git_state, raw_reader
 
 #: Typical ns per cycle by case (pool 2,048); pool 100,000 is 20 % slower.
 BASE_NS = {
@@ -349,7 +353,8 @@ def write_hosts(
     Every case on both pools, a confirmation run, an A/A pair and the lower bound, with
     labels and paths as long as real ones; only ``samples`` is small (it does not
     change the size of any table). Report on it with ``pairs`` =
-    :data:`kvqueue.params.report.DEFAULT_PAIRS` + (:data:`THIRD_PAIR`,) for three comparisons.
+    :data:`kvqueue.params.report_params.DEFAULT_PAIRS` + (:data:`THIRD_PAIR`,) for three
+    comparisons.
 
     Parameters
     ----------
@@ -390,3 +395,20 @@ def write_hosts(
                 )
             )
     return out
+
+
+def policy_runs(raw_dir: Path) -> list[dict[str, Any]]:
+    """Every policy run folder under ``raw_dir`` as the policy reader reads it (altered
+    ones too): ``{path, meta, rows, altered}``."""
+    found = raw_reader.read_raw(raw_dir, strict=False).of_kind(schema.KIND_POLICY)
+    return [policy_analysis.read_policy_run(r.path, r.meta) for r in found.runs]
+
+
+def policy_table(
+    raw_dir: Path, git_states: dict[str, str] | None = None, settings: Any = None
+) -> pd.DataFrame:
+    """The processed ``policy`` table of ``raw_dir`` as the build computes it: the one
+    raw-data reader, the git rule, then the policy question's reader and analysis."""
+    raw = git_state.with_git_state(raw_reader.read_raw(raw_dir, strict=False), git_states)
+    runs, _ = policy_analysis.read_runs(raw.of_kind(schema.KIND_POLICY).included)
+    return policy_analysis.analyze(runs, settings)

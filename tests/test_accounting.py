@@ -1,4 +1,4 @@
-"""Every run folder is accounted for (kvqueue.analysis.ledger, kvqueue.report.processed):
+"""Every run folder is accounted for (kvqueue.rawdata.run_ledger, kvqueue.report.processed_build):
 the silent cases of issue 18 each give one named line, the rest still builds, and
 ``make report``'s scope (RAW_DIR, HOSTS, RUNS) and per-run cache behave.
 
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from synthetic import write_run
 
-from kvqueue.analysis import ledger
-from kvqueue.params import report as report_params
-from kvqueue.report import build, processed, provenance
+from kvqueue.params import report_params
+from kvqueue.processed import store
+from kvqueue.rawdata import run_ledger
+from kvqueue.report import build, processed_build, provenance, run_cache
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "data" / "raw"
@@ -56,7 +57,7 @@ def question_runs(tmp_path: Path) -> Path:
     return raw
 
 
-def _row(data: processed.Processed, run_id: str) -> dict[str, object]:
+def _row(data: store.Processed, run_id: str) -> dict[str, object]:
     rows = data.ledger[data.ledger["run_id"] == run_id].to_dict("records")
     assert len(rows) == 1, rows
     return rows[0]
@@ -65,12 +66,12 @@ def _row(data: processed.Processed, run_id: str) -> dict[str, object]:
 def test_history_and_policy_runs_build_without_any_bench_run(
     question_runs: Path, tmp_path: Path
 ) -> None:
-    data = processed.build(question_runs, tmp_path / "p", FAST)
+    data = processed_build.build(question_runs, tmp_path / "p", FAST)
     assert data.runs.empty
     assert len(data.history) and len(data.policy)
-    assert _row(data, HISTORY)["use"] == ledger.HEADLINE
-    assert _row(data, POLICY)["use"] == ledger.HEADLINE
-    assert ledger.left_out_lines(data.ledger) == []
+    assert _row(data, HISTORY)["use"] == run_ledger.HEADLINE
+    assert _row(data, POLICY)["use"] == run_ledger.HEADLINE
+    assert run_ledger.left_out_lines(data.ledger) == []
     table = provenance.runs_table(data)
     assert set(table["Kind"]) == {"history", "policy"}
     assert "History and policy runs" in provenance.runs_note(data)
@@ -87,16 +88,16 @@ def test_one_byte_edited_is_left_out_and_named(
     question_runs: Path, tmp_path: Path, run_id: str, file: str, reason: str
 ) -> None:
     _flip_one_byte(question_runs / HOST / run_id / file)
-    data = processed.build(question_runs, tmp_path / "p", FAST)
+    data = processed_build.build(question_runs, tmp_path / "p", FAST)
     row = _row(data, run_id)
-    assert row["use"] == ledger.LEFT_OUT
+    assert row["use"] == run_ledger.LEFT_OUT
     assert str(row["reason"]).startswith(reason)
-    (line,) = ledger.left_out_lines(data.ledger)
+    (line,) = run_ledger.left_out_lines(data.ledger)
     assert line.startswith(f"left out {HOST}/{run_id} (")
     assert reason in line
     # The other run still counts, and the edited one is out of its table.
     other = POLICY if run_id == HISTORY else HISTORY
-    assert _row(data, other)["use"] == ledger.HEADLINE
+    assert _row(data, other)["use"] == run_ledger.HEADLINE
     assert run_id not in set(data.history["run_id"]) | set(data.policy["run_id"])
     assert f"{HOST}/{run_id} (" in provenance.runs_note(data)
 
@@ -107,10 +108,10 @@ def test_interrupted_run_is_left_out_and_named(
     question_runs: Path, tmp_path: Path, run_id: str, status: str
 ) -> None:
     _set_status(question_runs / HOST / run_id, status)
-    data = processed.build(question_runs, tmp_path / "p", FAST)
+    data = processed_build.build(question_runs, tmp_path / "p", FAST)
     row = _row(data, run_id)
-    assert (row["use"], row["status"]) == (ledger.LEFT_OUT, status)
-    assert ledger.left_out_lines(data.ledger) == [
+    assert (row["use"], row["status"]) == (run_ledger.LEFT_OUT, status)
+    assert run_ledger.left_out_lines(data.ledger) == [
         f"left out {HOST}/{run_id} ({row['kind']}): status {status} (the run did not finish)"
     ]
 
@@ -130,12 +131,12 @@ def test_unreadable_folder_is_named_and_the_rest_builds(
 ) -> None:
     bad = write_run(question_runs, host="synth", processes=5, confirm_processes=0)
     damage(bad)
-    data = processed.build(question_runs, tmp_path / "p", FAST)
+    data = processed_build.build(question_runs, tmp_path / "p", FAST)
     row = _row(data, bad.name)
-    assert (row["kind"], row["use"]) == (ledger.UNREADABLE, ledger.LEFT_OUT)
+    assert (row["kind"], row["use"]) == (run_ledger.UNREADABLE, run_ledger.LEFT_OUT)
     assert str(row["reason"]).startswith(reason)
-    assert _row(data, HISTORY)["use"] == ledger.HEADLINE
-    (line,) = ledger.left_out_lines(data.ledger)
+    assert _row(data, HISTORY)["use"] == run_ledger.HEADLINE
+    (line,) = run_ledger.left_out_lines(data.ledger)
     assert line.startswith(f"left out synth/{bad.name} (unreadable): {reason}")
 
 
@@ -161,37 +162,39 @@ def test_scope_hosts_and_runs(tmp_path: Path) -> None:
     a = write_run(raw, host="alpha", run_id="20261129T100000Z-cp312-000a", processes=5)
     b = write_run(raw, host="beta", run_id="20261129T100000Z-cp312-000b", processes=5, seed=2)
     only_beta = report_params.ReportSettings(resamples=2000, hosts=("beta",))
-    data = processed.build(raw, tmp_path / "p", only_beta)
+    data = processed_build.build(raw, tmp_path / "p", only_beta)
     assert list(data.ledger["run_id"]) == [b.name]
     only_a = report_params.ReportSettings(resamples=2000, runs=(a.name,))
-    data = processed.build(raw, tmp_path / "p", only_a)
+    data = processed_build.build(raw, tmp_path / "p", only_a)
     assert list(data.ledger["run_id"]) == [a.name]
     assert list(data.runs["run_id"]) == [a.name]
     # The manifest records the scope: the other scope rebuilds, the same one is reused.
-    assert processed.ensure(raw, tmp_path / "p", only_a).manifest == data.manifest
-    assert processed.ensure(raw, tmp_path / "p", only_beta).ledger["run_id"].tolist() == [b.name]
+    assert processed_build.ensure(raw, tmp_path / "p", only_a).manifest == data.manifest
+    assert processed_build.ensure(raw, tmp_path / "p", only_beta).ledger["run_id"].tolist() == [
+        b.name
+    ]
 
 
 def test_per_run_cache_is_reused_and_byte_identical(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     write_run(raw, host="synth", run_id="20261129T100000Z-cp312-0001", processes=5)
     lines: list[str] = []
-    processed.build(raw, tmp_path / "cold", FAST, progress=lines.append)
+    processed_build.build(raw, tmp_path / "cold", FAST, progress=lines.append)
     assert any(line.startswith("processed: analysed synth/") for line in lines)
     write_run(raw, host="synth", run_id="20261129T110000Z-cp312-0002", processes=5, seed=3)
     lines.clear()
     warm = tmp_path / "cold"
-    processed.build(raw, warm, FAST, progress=lines.append)
+    processed_build.build(raw, warm, FAST, progress=lines.append)
     assert "processed: reused synth/20261129T100000Z-cp312-0001" in lines
     assert any(line.startswith("processed: analysed synth/20261129T110000Z") for line in lines)
     fresh = tmp_path / "fresh"
-    processed.build(raw, fresh, FAST)
-    for name in processed.TABLES:
+    processed_build.build(raw, fresh, FAST)
+    for name in store.TABLES:
         assert (warm / f"{name}.csv").read_bytes() == (fresh / f"{name}.csv").read_bytes(), name
     # Other analysis settings are another key: the run is analysed again.
     lines.clear()
     other = report_params.ReportSettings(resamples=2000, confidence=0.9)
-    processed.build(raw, warm, other, progress=lines.append)
+    processed_build.build(raw, warm, other, progress=lines.append)
     assert not any(line.startswith("processed: reused") for line in lines)
 
 
@@ -199,11 +202,11 @@ def test_truncated_cache_file_is_recomputed(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     run = write_run(raw, host="synth", processes=5)
     out = tmp_path / "p"
-    first = processed.build(raw, out, FAST)
-    cache = out / processed.RUN_CACHE / "synth" / run.name / "analysis.pkl"
+    first = processed_build.build(raw, out, FAST)
+    cache = out / run_cache.RUN_CACHE / "synth" / run.name / "analysis.pkl"
     cache.write_bytes(cache.read_bytes()[:100])
     lines: list[str] = []
-    again = processed.build(raw, out, FAST, progress=lines.append)
+    again = processed_build.build(raw, out, FAST, progress=lines.append)
     assert any(line.startswith(f"processed: analysed synth/{run.name}") for line in lines)
     assert again.summary.equals(first.summary)
 

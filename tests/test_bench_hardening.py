@@ -26,11 +26,10 @@ from benchutil import (
 )
 
 from kvqueue import schema
-from kvqueue.analysis import rawdata
-from kvqueue.bench import checks as bench_checks
-from kvqueue.bench import notebook, runner
 from kvqueue.errors import BenchError, BenchInputError
-from kvqueue.params import bench as bench_params
+from kvqueue.measure import interpreter_checks, run_notebook, runner
+from kvqueue.params import bench_params
+from kvqueue.rawdata import raw_reader
 
 pytestmark = pytest.mark.slow
 CLI = (sys.executable, "-m", "kvqueue", "bench")
@@ -113,7 +112,7 @@ def test_a_variant_path_with_a_quote_and_a_comma_reads_back(tmp_path: Path) -> N
     odd = tmp_path / 'we"ird, name.py'
     odd.write_text(GOOD_QUEUE.read_text(encoding="utf-8"), encoding="utf-8")
     run_dir = runner.run_bench(_tiny(variants=["kvqueue", str(odd)]), tmp_path / "raw")
-    run = rawdata.read_run(run_dir)
+    run = raw_reader.read_run(run_dir)
     assert run.samples is not None and str(odd) in set(run.samples["variant"])
 
 
@@ -216,7 +215,9 @@ def test_kill_9_of_the_kernel_marks_the_run_failed_in_one_line(tmp_path: Path) -
                 )
             time.sleep(0.05)
         assert kernel is not None, log.read_text()
-        workers = [p for p in _descendants(kernel) if "kvqueue.bench.worker" in _cmdline(p)]
+        workers = [
+            p for p in _descendants(kernel) if "kvqueue.measure.timing_worker" in _cmdline(p)
+        ]
         os.kill(kernel, signal.SIGKILL)
         code = proc.wait(timeout=60)
     finally:
@@ -244,9 +245,9 @@ def test_a_colliding_run_id_never_files_its_notebook_into_the_other_run(tmp_path
     winner = runner.run_bench(_tiny(), raw)
     (winner / schema.RUN_NOTEBOOK).write_text("the winner's record\n")
     before = {p.name: p.read_bytes() for p in winner.iterdir()}
-    checked = bench_checks.check(_tiny())
+    checked = interpreter_checks.check(_tiny())
     with pytest.raises(BenchError, match="exists already; nothing was written"):
-        notebook.run_bench_notebook(checked, raw, winner.name)
+        run_notebook.run_bench_notebook(checked, raw, winner.name)
     assert {p.name: p.read_bytes() for p in winner.iterdir()} == before
 
 

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from kvqueue.policy import churn, invariants, policies
-from kvqueue.subject.block import KVCacheBlock
-from kvqueue.subject.ours import FreeKVCacheBlockQueue
+from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
+from kvqueue.subjects.stand_in_block import KVCacheBlock
 
 SMALL = dataclasses.replace(invariants.CHECK_WORKLOAD, steps=300)
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from kvqueue import schema
-from kvqueue.analysis import counts as count_math
-from kvqueue.bench import check_queue, count_run, counts
+from kvqueue.ab import queue_check
 from kvqueue.errors import BenchInputError
-from kvqueue.params import bench as bench_params
+from kvqueue.measure import cachegrind, counts_run
+from kvqueue.params import bench_params
+from kvqueue.stats import count_figures
 
 REPO = Path(__file__).resolve().parent.parent
 needs_valgrind = pytest.mark.skipif(
@@ -32,12 +33,12 @@ def _row(run: str, label: str = "a", loops: int = 0, ir: int = 0, **events: int)
 
 def test_cachegrind_summary_is_parsed() -> None:
     text = "desc: x\ncmd: python\nevents: Ir I1mr ILmr\nfl=a\n1 2 3\nsummary: 1234 5 6\n"
-    assert counts.parse_cachegrind(text) == {"Ir": 1234, "I1mr": 5, "ILmr": 6}
+    assert cachegrind.parse_cachegrind(text) == {"Ir": 1234, "I1mr": 5, "ILmr": 6}
 
 
 def test_a_crashed_process_without_summary_is_one_error() -> None:
-    with pytest.raises(counts.BenchError, match="no summary"):
-        counts.parse_cachegrind("events: Ir\n")
+    with pytest.raises(cachegrind.BenchError, match="no summary"):
+        cachegrind.parse_cachegrind("events: Ir\n")
 
 
 def test_instructions_per_op_is_the_difference_over_the_loops() -> None:
@@ -46,7 +47,7 @@ def test_instructions_per_op_is_the_difference_over_the_loops() -> None:
         _row("zero2", ir=1_000_040),
         _row("target", "a", loops=20_000, ir=1_000_000 + 20_000 * 3_300),
     ]
-    (c,) = count_math.per_op(rows)
+    (c,) = count_figures.per_op(rows)
     assert c.instructions == 3_300
     assert c.spread == pytest.approx(40 / 20_000)
     assert c.est_cycles is None
@@ -57,14 +58,14 @@ def test_estimated_cycles_weigh_l1_ll_and_ram() -> None:
     # 100 refs (Ir 60 + Dr 30 + Dw 10), 10 L1 misses of which 2 miss LL too.
     t = {"Dr": 30, "Dw": 10, "I1mr": 4, "D1mr": 4, "D1mw": 2, "ILmr": 1, "DLmr": 1, "DLmw": 0}
     rows = [_row("zero", ir=0, **zero), _row("target", "a", loops=1, ir=60, **t)]
-    (c,) = count_math.per_op(rows)
+    (c,) = count_figures.per_op(rows)
     assert c.l1_misses == 10 and c.ll_misses == 2
     assert c.est_cycles == 90 * 1 + 8 * 5 + 2 * 35
 
 
 def test_a_target_without_its_zero_run_is_refused() -> None:
     with pytest.raises(ValueError, match="no zero run"):
-        count_math.per_op([_row("target", "a", loops=10, ir=5)])
+        count_figures.per_op([_row("target", "a", loops=10, ir=5)])
 
 
 def test_a_zero_run_of_every_case_serves_each_case_of_its_variant() -> None:
@@ -72,22 +73,22 @@ def test_a_zero_run_of_every_case_serves_each_case_of_its_variant() -> None:
         _row("zero", "a", ir=100),
         _row("target", "a", loops=10, ir=100 + 10 * 7),
     ]
-    rows[0]["case"] = counts.ALL_CASES
-    (c,) = count_math.per_op(rows)
+    rows[0]["case"] = cachegrind.ALL_CASES
+    (c,) = count_figures.per_op(rows)
     assert c.instructions == 7 and c.case == "alloc1"
 
 
 def test_the_plan_counts_every_label_once_per_cell_and_the_zero_run_twice_once() -> None:
-    jobs = counts.plan(["a", "b"], ["alloc1", "mix"], [2048, 100_000])
+    jobs = cachegrind.plan(["a", "b"], ["alloc1", "mix"], [2048, 100_000])
     assert [j.run for j in jobs].count("zero2") == 1
     # One zero run per variant and pool, every case warmed in it.
     assert [j.run for j in jobs].count("zero") == 4
-    assert {j.case for j in jobs if j.run == "zero"} == {counts.ALL_CASES}
+    assert {j.case for j in jobs if j.run == "zero"} == {cachegrind.ALL_CASES}
     targets = [(j.label, j.case, j.pool) for j in jobs if j.run == "target"]
     assert len(targets) == len(set(targets)) == 8
     mix = next(j for j in jobs if j.case == "mix" and j.run == "target" and j.label == "b")
-    assert mix.loops * 100 >= counts.TARGET_OPS  # 100 operations per mix loop
-    spec = counts.job_spec(
+    assert mix.loops * 100 >= cachegrind.TARGET_OPS  # 100 operations per mix loop
+    spec = cachegrind.job_spec(
         {
             "sources": ["x", "y"],
             "labels": ["a", "b"],
@@ -113,23 +114,23 @@ def test_metric_and_cache_simulation_are_checked_in_one_line() -> None:
 
 
 def test_a_missing_valgrind_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(counts.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cachegrind.shutil, "which", lambda name: None)
     with pytest.raises(BenchInputError, match="apt-get install valgrind"):
-        counts.find_valgrind()
+        cachegrind.find_valgrind()
 
 
 def test_a_reference_of_another_format_is_refused(tmp_path: Path) -> None:
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"format": 99, "entries": {}}))
     with pytest.raises(BenchInputError, match="not a format-1 reference"):
-        check_queue.load_reference(ref)
+        queue_check.load_reference(ref)
 
 
 def test_a_check_that_compared_nothing_fails() -> None:
-    skipped = check_queue.Outcome("python3", "k", "skipped", ("no reference",))
-    assert check_queue.exit_status([skipped]) == 1
-    ok = check_queue.Outcome("python3", "k", "ok", ())
-    assert check_queue.exit_status([skipped, ok]) == 0
+    skipped = queue_check.Outcome("python3", "k", "skipped", ("no reference",))
+    assert queue_check.exit_status([skipped]) == 1
+    ok = queue_check.Outcome("python3", "k", "ok", ())
+    assert queue_check.exit_status([skipped, ok]) == 0
 
 
 def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
@@ -141,7 +142,7 @@ def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
     ]
     run = tmp_path / "h" / "r"
     run.mkdir(parents=True)
-    text = count_run.counts_text(rows)
+    text = counts_run.counts_text(rows)
     (run / schema.COUNTS_CSV).write_text(text)
     import hashlib
 
@@ -151,11 +152,11 @@ def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
             schema.COUNTS_CSV: {"sha256": hashlib.sha256(text.encode()).hexdigest()}
         },
     }
-    got = count_math.read_count_run(run, meta)
+    got = count_figures.read_count_run(run, meta)
     assert not isinstance(got, str)
-    assert [c.instructions for c in count_math.per_op(got.rows)] == [10.0, 5.0]
+    assert [c.instructions for c in count_figures.per_op(got.rows)] == [10.0, 5.0]
     (run / schema.COUNTS_CSV).write_text(text.replace(",30,", ",31,"))
-    assert "edited after the run" in count_math.read_count_run(run, meta)
+    assert "edited after the run" in count_figures.read_count_run(run, meta)
 
 
 # ------------------------------------------------------------------ under valgrind
@@ -164,9 +165,9 @@ def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
 def _slowed_queue(tmp_path: Path) -> Path:
     """Our queue with a few wasted bytecodes at the top of ``popleft_n`` (and our block
     class in the same file, as a FILE source needs)."""
-    block = (REPO / "kvqueue" / "subject" / "block.py").read_text()
-    ours = (REPO / "kvqueue" / "subject" / "ours.py").read_text()
-    ours = ours.replace("from kvqueue.subject.block import KVCacheBlock\n", "")
+    block = (REPO / "kvqueue" / "subjects" / "stand_in_block.py").read_text()
+    ours = (REPO / "kvqueue" / "subjects" / "our_queue.py").read_text()
+    ours = ours.replace("from kvqueue.subjects.stand_in_block import KVCacheBlock\n", "")
     anchor = (
         '        """Pop the first ``n`` free blocks and reduce ``num_free_blocks`` by ``n``."""\n'
     )
@@ -183,17 +184,17 @@ def test_the_check_fails_on_a_slowed_copy_of_our_queue(tmp_path: Path) -> None:
     ref = tmp_path / "ref.json"
     out = tmp_path / "out.txt"
     with out.open("w") as stream:
-        rec = check_queue.check(
+        rec = queue_check.check(
             [sys.executable], reference=ref, update=True, cases=("alloc1",), out=stream
         )
         assert [o.status for o in rec] == ["recorded"]
-        same = check_queue.check([sys.executable], reference=ref, cases=("alloc1",), out=stream)
+        same = queue_check.check([sys.executable], reference=ref, cases=("alloc1",), out=stream)
         slow_src = f"{_slowed_queue(tmp_path)}::FreeKVCacheBlockQueue"
-        slow = check_queue.check(
+        slow = queue_check.check(
             [sys.executable], reference=ref, cases=("alloc1",), queue=slow_src, out=stream
         )
-    assert check_queue.exit_status(same) == 0, out.read_text()
-    assert check_queue.exit_status(slow) == 1, out.read_text()
+    assert queue_check.exit_status(same) == 0, out.read_text()
+    assert queue_check.exit_status(slow) == 1, out.read_text()
     assert "SLOWER" in out.read_text()
 
 
@@ -211,10 +212,14 @@ def test_two_counts_agree_to_a_hundredth_of_a_percent() -> None:
         "seed": 1,
         "case_seed": 1,
     }
-    valgrind = counts.find_valgrind()
+    valgrind = cachegrind.find_valgrind()
     with open("/dev/null", "w") as quiet:
-        a = count_math.per_op(counts.count(sys.executable, spec, valgrind=valgrind, progress=quiet))
-        b = count_math.per_op(counts.count(sys.executable, spec, valgrind=valgrind, progress=quiet))
+        a = count_figures.per_op(
+            cachegrind.count(sys.executable, spec, valgrind=valgrind, progress=quiet)
+        )
+        b = count_figures.per_op(
+            cachegrind.count(sys.executable, spec, valgrind=valgrind, progress=quiet)
+        )
     assert abs(a[0].instructions / b[0].instructions - 1) < 1e-4
 
 
@@ -255,7 +260,7 @@ def test_a_counts_run_is_a_sealed_run_folder(tmp_path: Path) -> None:
     meta = json.loads((run / schema.RUN_JSON).read_text())
     assert meta[schema.KIND_KEY] == schema.KIND_COUNTS and meta["status"] == "complete"
     assert meta[schema.COUNTING_KEY]["valgrind"].startswith("valgrind-")
-    got = count_math.read_count_run(run, meta)
+    got = count_figures.read_count_run(run, meta)
     assert not isinstance(got, str)
-    labels = {c.label for c in count_math.per_op(got.rows)}
+    labels = {c.label for c in count_figures.per_op(got.rows)}
     assert labels == {"kvqueue", "kvqueue:floor"}

@@ -16,8 +16,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvqueue.subject.block import KVCacheBlock
-from kvqueue.subject.ours import FloorKVCacheBlockQueue, FreeKVCacheBlockQueue
+from kvqueue.subjects.our_queue import FloorKVCacheBlockQueue, FreeKVCacheBlockQueue
+from kvqueue.subjects.stand_in_block import KVCacheBlock
 
 POOL = 10
 

@@ -9,23 +9,29 @@ same PNG), so a figure that reads an unlisted table fails here instead of going 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
+import matplotlib
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from kvqueue import schema
-from kvqueue.params.report import ReportSettings
-from kvqueue.report import figures, processed
+from kvqueue import plotstyle, schema
+from kvqueue.params.report_params import ReportSettings
+from kvqueue.policy import policy_present
+from kvqueue.processed import store
+from kvqueue.report import figures, processed_build
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _empty_data(**tables: pd.DataFrame) -> processed.Processed:
-    frames = {name: pd.DataFrame(columns=list(spec)) for name, spec in processed.TABLES.items()}
+def _empty_data(**tables: pd.DataFrame) -> store.Processed:
+    frames = {name: pd.DataFrame(columns=list(spec)) for name, spec in store.TABLES.items()}
     frames.update(tables)
-    return processed.Processed(ReportSettings(), **frames)
+    return store.Processed(ReportSettings(), **frames)
 
 
 def _figure(text: str) -> Figure:
@@ -61,7 +67,7 @@ def test_cache_keeps_a_bounded_number_per_name(tmp_path: Path) -> None:
 
 def test_figure_key_follows_its_tables_and_settings() -> None:
     policy = pd.DataFrame(
-        {c: ["x"] if c in ("host", "run_id") else [None] for c in processed.TABLES["policy"]}
+        {c: ["x"] if c in ("host", "run_id") else [None] for c in store.TABLES["policy"]}
     )
     data = _empty_data(policy=policy)
     key = figures.figure_key(data, "policy", ("policy",))
@@ -69,7 +75,7 @@ def test_figure_key_follows_its_tables_and_settings() -> None:
     changed = policy.assign(run_id=["y"])
     assert key != figures.figure_key(_empty_data(policy=changed), "policy", ("policy",))
     # A table the figure does not read does not change its key; the settings do.
-    runs = pd.DataFrame({c: ["z"] for c in processed.TABLES["runs"]})
+    runs = pd.DataFrame({c: ["z"] for c in store.TABLES["runs"]})
     assert key == figures.figure_key(_empty_data(policy=policy, runs=runs), "policy", ("policy",))
     other = dataclasses.replace(data, settings=ReportSettings(seed=data.settings.seed + 1))
     assert key != figures.figure_key(other, "policy", ("policy",))
@@ -78,16 +84,118 @@ def test_figure_key_follows_its_tables_and_settings() -> None:
 
 @pytest.mark.slow
 def test_each_figure_reads_only_the_tables_it_lists(tmp_path: Path) -> None:
-    data = processed.build(REPO_ROOT / "data" / "raw", tmp_path / "processed", ReportSettings())
+    data = processed_build.build(
+        REPO_ROOT / "data" / "raw", tmp_path / "processed", ReportSettings()
+    )
     kinds = set(data.ledger["kind"])
     assert {schema.KIND_BENCH, schema.KIND_HISTORY, schema.KIND_POLICY} <= kinds
     for name, spec in figures.FIGURES.items():
         full = figures.save(spec.draw(data), tmp_path / "full", name).read_bytes()
         emptied = {
-            table: data.table(table).iloc[0:0]
-            for table in processed.TABLES
-            if table not in spec.tables
+            table: data.table(table).iloc[0:0] for table in store.TABLES if table not in spec.tables
         }
         alone = dataclasses.replace(data, **emptied)
         drawn = figures.save(spec.draw(alone), tmp_path / "alone", name).read_bytes()
         assert drawn == full, f"figure {name} reads a table its FigureSpec does not list"
+
+
+def test_interval_plots_draw_the_given_intervals() -> None:
+    """seaborn draws the estimates and intervals of the table, not its own."""
+    sns = plotstyle.seaborn()
+    df = pd.DataFrame(
+        {
+            "cell": ["a", "b", "a", "b"],
+            "series": ["s", "s", "t", "t"],
+            "est": [1.0, 2.0, 3.0, 4.0],
+            "low": [0.5, 0.0, 2.5, 1.0],  # not symmetric, and not what seaborn would compute
+            "high": [1.1, 9.0, 3.2, 4.5],
+        }
+    )
+    ax = Figure().subplots()
+    sns.pointplot(
+        data=plotstyle.given_intervals(df, "est", "low", "high", scale=10),
+        x="value",
+        y="cell",
+        hue="series",
+        order=["a", "b"],
+        estimator=plotstyle.given_estimate,
+        errorbar=plotstyle.given_interval,
+        linestyle="none",
+        ax=ax,
+    )
+    points = [ln for ln in ax.lines if ln.get_marker() not in ("None", None, "")]
+    assert sorted(x for ln in points for x in ln.get_xdata()) == [10.0, 20.0, 30.0, 40.0]
+    spans = sorted(
+        (float(np.nanmin(ln.get_xdata())), float(np.nanmax(ln.get_xdata())))
+        for ln in ax.lines
+        if ln not in points
+    )
+    assert spans == [(0.0, 90.0), (5.0, 11.0), (10.0, 45.0), (25.0, 32.0)]
+
+
+def test_a_point_given_twice_is_refused() -> None:
+    rows = plotstyle.given_intervals(
+        pd.DataFrame({"est": [1.0, 2.0], "low": [0.0, 1.0], "high": [2.0, 3.0]}),
+        "est",
+        "low",
+        "high",
+    )
+    assert list(rows["value"]) == [0.0, 1.0, 1.0, 2.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="twice"):
+        plotstyle.given_estimate(rows["value"])
+
+
+def test_drawing_leaves_the_rc_params_as_they_were() -> None:
+    before = dict(matplotlib.rcParams)
+    policy_present.figure(pd.DataFrame(columns=list(store.TABLES["policy"])))
+    assert dict(matplotlib.rcParams) == before
+
+
+def test_forest_draws_a_point_without_ci_hollow() -> None:
+    spec = store.TABLES["summary"]
+    row = {c: None for c in spec} | {
+        "host": "h",
+        "interpreter": "CPython 3.12.1",
+        "run_id": "r",
+        "phase": "main",
+        "case": "alloc1",
+        "pool": 2048,
+        "candidate": "kvqueue",
+        "baseline": "vllm==0.32.0",
+        "kind": "pair",
+        "headline": True,
+    }
+    summary = pd.DataFrame(
+        [
+            row | {"reduction": 0.2, "ci_low": 0.15, "ci_high": 0.25},
+            row | {"case": "mix", "reduction": -0.05, "ci_low": np.nan, "ci_high": np.nan},
+        ]
+    )
+    fig = figures.forest(_empty_data(summary=summary))
+    ax = fig.axes[0]
+    hollow = [ln for ln in ax.lines if ln.get_markerfacecolor() == "white"]
+    assert [list(ln.get_xdata()) for ln in hollow] == [[pytest.approx(-5.0)]]
+    assert [list(ln.get_ydata()) for ln in hollow] == [[1.0]]  # mix, below alloc1
+    assert "hollow: no CI" in fig.legends[0].get_title().get_text()
+
+
+@pytest.mark.slow
+def test_processes_that_do_not_draw_do_not_import_seaborn() -> None:
+    """Importing seaborn took 2.8 s (kvqueue.plotstyle): the report's own process
+    (processed stage), the analysis and a figure cache lookup do without it."""
+    code = (
+        "import sys, pandas as pd\n"
+        "import kvqueue.report.build, kvqueue.report.processed_build\n"
+        "import kvqueue.policy.policy_analysis, kvqueue.history.history_analysis\n"
+        "import kvqueue.ab.ab_analysis\n"
+        "from kvqueue.params.report_params import ReportSettings\n"
+        "from kvqueue.processed import store\n"
+        "from kvqueue.report import figures\n"
+        "frames = {n: pd.DataFrame(columns=list(s)) for n, s in store.TABLES.items()}\n"
+        "figures.figure_key(store.Processed(ReportSettings(), **frames), 'forest', ('summary',))\n"
+        "assert 'seaborn' not in sys.modules, 'seaborn imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr

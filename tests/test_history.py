@@ -1,4 +1,5 @@
-"""The release history's plan (kvqueue.history.collect): which releases, which distinct versions,
+"""The release history's plan (kvqueue.history.history_collect): which releases, which distinct
+versions,
 what is skipped and why, and the bench parameters of a history run.
 
 The releases are stand-ins: ``history._probe`` is replaced by a function that loads
@@ -14,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.bench import checks as bench_checks
 from kvqueue.errors import BenchInputError
-from kvqueue.history import collect as history_collect
-from kvqueue.params import bench as bench_params
-from kvqueue.params import history as history_params
+from kvqueue.history import history_collect
+from kvqueue.measure import interpreter_checks
+from kvqueue.params import bench_params, history_params
 from kvqueue.sources import loader
-from kvqueue.sources.cache import MEMBER
-from kvqueue.sources.errors import ModuleMissing, ReleaseNotFound
+from kvqueue.sources.fetch_errors import ModuleMissing, ReleaseNotFound
+from kvqueue.sources.release_cache import MEMBER
 
 QUEUES = Path(__file__).resolve().parent / "queues"
 GOOD = QUEUES / "good.py"
@@ -215,12 +215,12 @@ def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch)
     assert [v["non_consecutive"] for v in found.record()["versions"]] == [True, False, False]
     assert "history: warning: vllm==3.2.0's releases are not consecutive" in out.getvalue()
     # The step into the version that came back names its earlier release too.
-    from kvqueue.history import analyze as history_analyze
+    from kvqueue.history import history_analysis
 
     newer, older = found.record()["versions"][:2]
-    assert history_analyze._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
-    assert history_analyze._span(newer) == "3.0.0, 3.2.0"
-    assert history_analyze._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
+    assert history_analysis._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
+    assert history_analysis._span(newer) == "3.0.0, 3.2.0"
+    assert history_analysis._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
 
 
 # ------------------------------------------------------------------ report side
@@ -237,7 +237,7 @@ def _meta(started: str, given: bool = False, cases=("alloc1", "alloc8", "mix", "
 def test_a_reduced_history_does_not_replace_the_full_one():
     from types import SimpleNamespace
 
-    from kvqueue.history import analyze as history_analyze
+    from kvqueue.history import history_analysis
 
     def run(run_id, meta):
         return SimpleNamespace(host="box", interpreter="3.11", run_id=run_id, meta=meta)
@@ -245,13 +245,13 @@ def test_a_reduced_history_does_not_replace_the_full_one():
     full = run("a-full", _meta("2026-01-01"))
     given = run("b-given", _meta("2026-01-02", given=True))
     cut = run("c-cases", _meta("2026-01-03", cases=("alloc1",)))
-    assert history_analyze.reduced(full.meta) == ""
-    assert history_analyze.reduced(given.meta) == "releases given"
-    assert history_analyze.reduced(cut.meta) == "cases alloc1"
-    assert history_analyze._headline_ids([full, given, cut]) == {"a-full"}
-    assert history_analyze._headline_ids([given, cut]) == {"c-cases"}  # newest reduced
+    assert history_analysis.reduced(full.meta) == ""
+    assert history_analysis.reduced(given.meta) == "releases given"
+    assert history_analysis.reduced(cut.meta) == "cases alloc1"
+    assert history_analysis._headline_ids([full, given, cut]) == {"a-full"}
+    assert history_analysis._headline_ids([given, cut]) == {"c-cases"}  # newest reduced
     newer_full = run("d-full", _meta("2026-01-04"))
-    assert history_analyze._headline_ids([full, cut, newer_full]) == {"d-full"}
+    assert history_analysis._headline_ids([full, cut, newer_full]) == {"d-full"}
 
 
 def _report_frames(change: float, significant: bool):
@@ -297,10 +297,10 @@ def test_figure_numbers_every_significant_step_with_a_key_of_release_ranges():
     a readable size in the panel, its release range in the key under the panels."""
     import matplotlib.pyplot as plt
 
-    from kvqueue.history import report as history_report
+    from kvqueue.history import history_present
 
     frames = _report_frames(0.01, significant=True)
-    fig = history_report.figure(frames.history, frames.history_steps)
+    fig = history_present.figure(frames.history, frames.history_steps)
     marks = fig.axes[0].texts
     assert [t.get_text() for t in marks] == ["1"]
     assert all(t.get_fontsize() >= 8 and t.get_rotation() == 0 for t in marks)
@@ -308,15 +308,15 @@ def test_figure_numbers_every_significant_step_with_a_key_of_release_ranges():
     assert min(t.get_fontsize() for t in fig.axes[0].get_xticklabels()) >= 7
     plt.close(fig)
     frames = _report_frames(0.2, significant=False)
-    fig = history_report.figure(frames.history, frames.history_steps)
+    fig = history_present.figure(frames.history, frames.history_steps)
     assert len(fig.axes[0].texts) == 0
     plt.close(fig)
 
 
 def test_note_says_when_the_run_shown_is_reduced():
-    from kvqueue.history import report as history_report
+    from kvqueue.history import history_present
 
-    text = history_report.note(_report_frames(0.01, significant=True).history)
+    text = history_present.note(_report_frames(0.01, significant=True).history)
     assert "No full history of box / 3.11 yet: the run shown is a reduced one" in text
     assert "(releases given)" in text
 
@@ -343,18 +343,20 @@ def test_make_history_budgets_the_whole_command(monkeypatch, tmp_path):
 def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
     releases, monkeypatch, tmp_path
 ):
-    """The runner receives the history's kind (kvqueue.bench.runner.RunKind) and knows
+    """The runner receives the history's kind (kvqueue.measure.runner.RunKind) and knows
     nothing else of it: gate and workers faked, the run folder says what it is."""
     import json
 
     from kvqueue import schema
-    from kvqueue.bench import runner
+    from kvqueue.measure import runner
 
     listing, _ = releases
     found = history_collect.plan(listing=listing, progress=io.StringIO())
     monkeypatch.setattr(history_collect, "plan", lambda releases=None: found)
     python = {"executable": "python3", "version": "3.11.7", "tag": "cpython-311"}
-    monkeypatch.setattr(bench_checks, "check", lambda bench: bench_params.Checked(bench, python))
+    monkeypatch.setattr(
+        interpreter_checks, "check", lambda bench: bench_params.Checked(bench, python)
+    )
     monkeypatch.setenv("KVQUEUE_LOCK_FILE", str(tmp_path / "lock"))
     monkeypatch.delenv(bench_params.BUDGET_START_ENV, raising=False)
     gate_calls = []
@@ -413,12 +415,12 @@ def test_newest_is_one_source_of_your_own():
 def test_own_source_is_the_newest_point_of_the_history(good_path):
     """NEWEST's record entry has no releases; the analysis labels its step from the last
     release to its label, and its span is its label."""
-    from kvqueue.history import analyze as history_analyze
+    from kvqueue.history import history_analysis
     from kvqueue.sources import loader
 
     (variant,) = loader.load_variants([f"mine={good_path}"], block_mode="own")
     own = history_collect.own_version_record(variant)
     assert own["label"] == "mine" and own["releases"] == []
     older = {"label": "vllm==0.33.0", "releases": ["0.32.0", "0.33.0"]}
-    assert history_analyze._step_range(older, own) == "0.33.0 → mine"
-    assert history_analyze._span(own) == "mine"
+    assert history_analysis._step_range(older, own) == "0.33.0 → mine"
+    assert history_analysis._span(own) == "mine"

@@ -1,9 +1,9 @@
-"""Evidence you can trust: the reader's integrity checks of raw runs (kvqueue.analysis.rawdata),
-the headline rule and the flags of the runs table (kvqueue.analysis.ab), git state and the
-manifest (kvqueue.report.processed).
+"""Evidence you can trust: the reader's integrity checks of raw runs (kvqueue.rawdata.raw_reader),
+the headline rule and the flags of the runs table (kvqueue.ab.ab_analysis), git state and the
+manifest (kvqueue.report.processed_build).
 
 Runs are written by tests/synthetic.py and then tampered with. ``seal`` adds the digests
-that a schema-2 runner records (``files`` in run.json, see kvqueue/bench/runfiles.py);
+that a schema-2 runner records (``files`` in run.json, see kvqueue/measure/run_folder.py);
 ``as_v1`` turns a run into a schema-1 one (no digests), like the committed runs.
 """
 
@@ -22,9 +22,11 @@ import pytest
 from synthetic import write_fixture, write_run
 
 from kvqueue import schema
-from kvqueue.analysis import ab, integrity, rawdata
-from kvqueue.params import report as report_params
-from kvqueue.report import processed
+from kvqueue.ab import ab_analysis
+from kvqueue.params import report_params
+from kvqueue.processed import store
+from kvqueue.rawdata import git_state, integrity, raw_reader
+from kvqueue.report import processed_build
 
 FAST = report_params.ReportSettings(resamples=1000)
 REPO_RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
@@ -105,7 +107,8 @@ def edit_rows(run: Path, change: Callable[[list[str], list[list[str]]], list[lis
 
 
 def runs_of(raw: Path, git: dict[str, str] | None = None) -> pd.DataFrame:
-    return ab.runs_table(rawdata.read_raw(raw), git).set_index("run_id")
+    checked = git_state.with_git_state(raw_reader.read_raw(raw), git)
+    return ab_analysis.runs_table(checked, git).set_index("run_id")
 
 
 def scale_kvqueue(header: list[str], rows: list[list[str]]) -> list[list[str]]:
@@ -145,7 +148,7 @@ def test_scaled_samples_of_a_sealed_run_are_altered_and_left_out(tmp_path: Path)
         )
     )
     edit_rows(newer, scale_kvqueue)
-    data = processed.build(raw, tmp_path / "p", FAST)
+    data = processed_build.build(raw, tmp_path / "p", FAST)
     runs = data.runs.set_index("run_id")
     bad = runs.loc[newer.name]
     assert not bool(bad["included"]) and not bool(bad["headline"])
@@ -257,8 +260,8 @@ def test_malformed_digest_record_is_one_line_naming_run_json(
 ) -> None:
     run = write_run(tmp_path, **SMALL)
     edit_json(run, lambda m: m.update(files=files))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     msg = one_line(err.value)
     assert msg.startswith(str(run / "run.json")) and needle in msg
 
@@ -356,8 +359,8 @@ def test_run_copied_under_a_second_host_is_one_line_naming_both(tmp_path: Path) 
     copy = tmp_path / "host-b" / run.name
     shutil.copytree(run, copy)
     edit_json(copy, lambda m: m.update(host="host-b"))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     msg = one_line(err.value)
     assert f"run id {run.name} appears twice" in msg
     assert str(run) in msg and str(copy) in msg
@@ -368,8 +371,8 @@ def test_run_copied_under_a_new_run_id_is_one_line_naming_both(tmp_path: Path) -
     copy = tmp_path / "host-b" / "20261129T100000Z-cp312-9999"
     shutil.copytree(run, copy)
     edit_json(copy, lambda m: m.update(host="host-b", run_id=copy.name))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     msg = one_line(err.value)
     assert "byte-identical" in msg and str(run) in msg and str(copy) in msg
 
@@ -384,11 +387,11 @@ def test_committed_runs_pass_every_check_and_keep_their_headlines(tmp_path: Path
     # `make bench`) must not fail the suite.
     for run in sorted((REPO_RAW / "xeon-vm-2core").glob("20261129T*")):
         shutil.copytree(run, tmp_path / "xeon-vm-2core" / run.name)
-    raw = rawdata.read_raw(tmp_path)
+    raw = raw_reader.read_raw(tmp_path)
     assert len(raw.runs) == 16
     assert raw.runs and raw.included == raw.runs
     assert {r.integrity for r in raw.runs} == {"unsealed (schema 1)"}
-    runs = ab.runs_table(raw)
+    runs = ab_analysis.runs_table(raw)
     assert set(runs["protocol"]) == {"full"}
     assert runs["warnings"].isna().all()
     assert set(runs.loc[runs["headline"], "run_id"]) == {
@@ -397,7 +400,7 @@ def test_committed_runs_pass_every_check_and_keep_their_headlines(tmp_path: Path
         "20261129T114644Z-cp312-c268",
         "20261129T115003Z-cp313-3052",
     }
-    variants = ab.variants_table(raw)
+    variants = ab_analysis.variants_table(raw)
     releases = variants[variants["vllm_version"].notna()]
     assert set(releases["release_check"]) == {"consistent"}
 
@@ -526,14 +529,14 @@ def test_release_measured_as_two_different_files_is_flagged(tmp_path: Path) -> N
         var["file_sha256"] = "f" * 64
 
     edit_json(b, modify)
-    raw = rawdata.read_raw(tmp_path)
-    table = ab.runs_table(raw).set_index("run_id")
+    raw = raw_reader.read_raw(tmp_path)
+    table = ab_analysis.runs_table(raw).set_index("run_id")
     good = hashlib.sha256(b"synthetic:file:vllm==0.32.0").hexdigest()
     for run, digest in ((a, good), (b, "f" * 64)):
         warning = table.loc[run.name, "warnings"]
         assert warning.startswith(f"vllm==0.32.0 measured as {digest[:12]} here, but the raw")
         assert "2 different files under that release" in warning
-    variants = ab.variants_table(raw)
+    variants = ab_analysis.variants_table(raw)
     keys = zip(variants["run_id"], variants["label"], strict=True)
     checks = dict(zip(keys, variants["release_check"], strict=True))
     assert checks[(b.name, "vllm==0.32.0")].startswith("conflict: vllm==0.32.0 measured as ffff")
@@ -566,37 +569,37 @@ def test_git_state_per_run_and_the_manifest_notices_it(tmp_path: Path) -> None:
     _git(repo, "commit", "-q", "-m", "a")
     b = write_run(raw, run_id="20261129T090000Z-cp312-bbbb", seed=2, **SMALL)
     ka, kb = (f"synth/{r.name}" for r in (a, b))
-    assert processed.git_states(raw) == {ka: "committed", kb: "untracked"}
+    assert git_state.git_states(raw) == {ka: "committed", kb: "untracked"}
 
     out = tmp_path / "proc"
-    processed.build(raw, out, FAST)
+    processed_build.build(raw, out, FAST)
     first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    processed.build(raw, out, FAST)
+    processed_build.build(raw, out, FAST)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == first  # byte-identical
-    runs = processed.load(out).runs.set_index("run_id")
+    runs = store.load(out).runs.set_index("run_id")
     assert runs.loc[a.name, "git_state"] == "committed"
     assert runs.loc[b.name, "git_state"] == "untracked"
 
     # Committing b changes no raw file, but the manifest: ensure() rebuilds.
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "b")
-    data = processed.ensure(raw, out, FAST)
+    data = processed_build.ensure(raw, out, FAST)
     assert data.runs.set_index("run_id").loc[b.name, "git_state"] == "committed"
 
     samples = a / "samples.csv"
     samples.write_bytes(samples.read_bytes() + b"\n")  # an edit git sees
-    assert processed.git_states(raw)[ka] == "modified"
+    assert git_state.git_states(raw)[ka] == "modified"
     _git(repo, "checkout", "--", ".")
     (a / "extra.txt").write_text("x")
-    assert processed.git_states(raw)[ka] == "modified"
+    assert git_state.git_states(raw)[ka] == "modified"
     (a / "extra.txt").unlink()
     _git(repo, "rm", "-q", "--cached", "data/raw/synth/" + b.name + "/run.json")
-    assert processed.git_states(raw) == {ka: "committed", kb: "modified"}
+    assert git_state.git_states(raw) == {ka: "committed", kb: "modified"}
 
 
 def test_git_state_outside_a_repository_is_no_git(tmp_path: Path) -> None:
     run = write_run(tmp_path / "raw", **SMALL)
-    assert processed.git_states(tmp_path / "raw") == {f"synth/{run.name}": "no git"}
+    assert git_state.git_states(tmp_path / "raw") == {f"synth/{run.name}": "no git"}
 
 
 def test_notebook_is_part_of_the_manifest(tmp_path: Path) -> None:
@@ -605,9 +608,9 @@ def test_notebook_is_part_of_the_manifest(tmp_path: Path) -> None:
     (run / "bench.ipynb").write_text('{"cells": []}\n', encoding="utf-8")
     seal(run)
     out = tmp_path / "proc"
-    assert processed.build(raw, out, FAST).runs["included"].all()
+    assert processed_build.build(raw, out, FAST).runs["included"].all()
     (run / "bench.ipynb").write_text('{"cells": [1]}\n', encoding="utf-8")
-    data = processed.ensure(raw, out, FAST)  # rebuilt: the notebook no longer matches
+    data = processed_build.ensure(raw, out, FAST)  # rebuilt: the notebook no longer matches
     assert not data.runs["included"].any()
 
 
@@ -623,7 +626,7 @@ def test_edited_committed_schema1_run_is_left_out_by_its_git_state(tmp_path: Pat
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "run")
     edit_rows(run, scale_kvqueue)
-    row = runs_of(raw, processed.git_states(raw)).loc[run.name]
+    row = runs_of(raw, git_state.git_states(raw)).loc[run.name]
     assert row["git_state"] == "modified" and not bool(row["included"])
     assert row["note"] == "left out: altered: raw files differ from their git commit"
 
@@ -637,11 +640,11 @@ def test_a_history_run_stays_out_of_the_bench_tables(tmp_path: Path) -> None:
     bench = seal(write_run(tmp_path, **FULL))
     history = seal(write_run(tmp_path, run_id="20261129T110000Z-cp312-0002", seed=2, **FULL))
     edit_json(history, lambda m: m.update(kind=schema.KIND_HISTORY))
-    raw = rawdata.read_raw(tmp_path)
+    raw = raw_reader.read_raw(tmp_path)
     kinds = {r.run_id: r.kind for r in raw.runs}
     assert kinds == {bench.name: "bench", history.name: "history"}
     assert all(r.included for r in raw.runs)  # both pass every check
-    tables = ab.analyze(raw, FAST)
+    tables = ab_analysis.analyze(raw, FAST)
     assert set(tables["runs"]["run_id"]) == {bench.name}
     assert set(tables["summary"]["run_id"]) == {bench.name}
     assert [r.run_id for r in raw.of_kind(schema.KIND_HISTORY).runs] == [history.name]
@@ -673,31 +676,31 @@ def _policy_run(raw: Path, payload: bytes = b"policy,metric\nlru,1\n") -> Path:
 def test_a_policy_run_needs_only_the_common_keys_and_its_digests(tmp_path: Path) -> None:
     run = _policy_run(tmp_path)
     seal(write_run(tmp_path, **FULL))
-    raw = rawdata.read_raw(tmp_path)
+    raw = raw_reader.read_raw(tmp_path)
     policy = raw.of_kind(schema.KIND_POLICY).runs
     assert [(r.run_id, r.included, r.integrity) for r in policy] == [
         (run.name, True, integrity.SEALED)
     ]
-    tables = ab.analyze(raw, FAST)
+    tables = ab_analysis.analyze(raw, FAST)
     assert run.name not in set(tables["runs"]["run_id"])
 
 
 def test_an_edited_policy_file_alters_the_run(tmp_path: Path) -> None:
     run = _policy_run(tmp_path)
     (run / "policy.csv").write_bytes(b"policy,metric\nlru,0.5\n")
-    (only,) = rawdata.read_raw(tmp_path).runs
+    (only,) = raw_reader.read_raw(tmp_path).runs
     assert not only.included
     assert only.altered == "policy.csv sha256 differs from run.json (edited after the run)"
     (run / "policy.csv").unlink()
-    (only,) = rawdata.read_raw(tmp_path).runs
+    (only,) = raw_reader.read_raw(tmp_path).runs
     assert only.altered == "policy.csv is missing, run.json records its sha256"
 
 
 def test_an_unknown_kind_is_one_line_naming_run_json(tmp_path: Path) -> None:
     run = _policy_run(tmp_path)
     edit_json(run, lambda m: m.update(kind="benchmark"))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     assert one_line(err.value).startswith(str(run / "run.json"))
     assert "kind 'benchmark' is not one of bench, history, policy" in str(err.value)
 
@@ -719,5 +722,5 @@ def test_aa_only_run_is_never_the_headline(tmp_path: Path) -> None:
     table = runs_of(tmp_path)
     assert bool(table.loc[ab_run.name, "headline"])
     assert not bool(table.loc[aa.name, "headline"])
-    assert table.loc[aa.name, "protocol"] == ab.AA_ONLY
-    assert table.loc[aa.name, "note"] == f"not in the headline tables: {ab.AA_ONLY}"
+    assert table.loc[aa.name, "protocol"] == ab_analysis.AA_ONLY
+    assert table.loc[aa.name, "note"] == f"not in the headline tables: {ab_analysis.AA_ONLY}"

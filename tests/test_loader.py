@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from kvqueue import schema
-from kvqueue.sources import cache, loader
+from kvqueue.sources import loader, release_cache
 
 KVQUEUE_DIR = Path(loader.__file__).resolve().parent.parent
-OURS = KVQUEUE_DIR / "subject" / "ours.py"
-BLOCK = KVQUEUE_DIR / "subject" / "block.py"
+OURS = KVQUEUE_DIR / "subjects" / "our_queue.py"
+BLOCK = KVQUEUE_DIR / "subjects" / "stand_in_block.py"
 
 
 def class_text(path: Path, name: str) -> str:
@@ -59,7 +59,7 @@ def test_file_source(good_path):
     assert prov["class_name"] == "FreeKVCacheBlockQueue"
     assert prov["vllm_version"] is None
     assert prov["class_sha256"] == sha(class_text(good_path, "FreeKVCacheBlockQueue"))
-    assert prov["file_sha256"] == cache.sha256_file(good_path)
+    assert prov["file_sha256"] == release_cache.sha256_file(good_path)
     assert prov["block_source"] == str(good_path)
     assert prov["block_class_sha256"] == sha(class_text(good_path, "KVCacheBlock"))
     assert prov["is_bound"] is False
@@ -124,11 +124,11 @@ def test_git_source_by_sha_and_branch(git_repo, good_text, good_path):
     expected = sha(class_text(good_path, "FreeKVCacheBlockQueue"))
     assert by_sha.sha256 == by_branch.sha256 == expected
     assert head.sha256 != expected
-    assert by_sha.path == f"{repo.resolve()}@{first}:{cache.MEMBER}"
+    assert by_sha.path == f"{repo.resolve()}@{first}:{release_cache.MEMBER}"
     # A branch or HEAD is recorded as the commit it named when it was read.
-    assert by_branch.path == f"{repo.resolve()}@{first}:{cache.MEMBER} (ref old)"
+    assert by_branch.path == f"{repo.resolve()}@{first}:{release_cache.MEMBER} (ref old)"
     by_head = loader.read_source(f"git:{repo}@HEAD")
-    assert by_head.path == f"{repo.resolve()}@{second}:{cache.MEMBER} (ref HEAD)"
+    assert by_head.path == f"{repo.resolve()}@{second}:{release_cache.MEMBER} (ref HEAD)"
     assert by_sha.vllm_version is None
     assert by_sha.file_sha256 == sha(good_text)
 
@@ -171,12 +171,12 @@ def test_kvqueue_class_suffixes():
 
 
 def test_kvqueue_is_executed_in_a_fresh_namespace():
-    """The loaded class is a copy cut from subject/ours.py, not the imported module's class."""
-    from kvqueue.subject import block, ours
+    """The loaded class is a copy cut from subject/our_queue.py, not the imported module's class."""
+    from kvqueue.subjects import our_queue, stand_in_block
 
     (v,) = loader.load_variants(["kvqueue"])
-    assert v.queue_cls is not ours.FreeKVCacheBlockQueue
-    assert v.block_cls is not block.KVCacheBlock
+    assert v.queue_cls is not our_queue.FreeKVCacheBlockQueue
+    assert v.block_cls is not stand_in_block.KVCacheBlock
     assert v.queue_cls.__module__.startswith("kvqueue._variants.")
 
 
@@ -262,26 +262,26 @@ def empty_index(monkeypatch, tmp_path: Path) -> None:
 
 def test_release_source_from_cache(empty_cache, good_path, monkeypatch):
     """``vllm==X`` reads the cached file (checked against its record); no network."""
-    cached = cache.cached_path("9.9.9")
+    cached = release_cache.cached_path("9.9.9")
     assert cached.is_relative_to(empty_cache)
     cached.parent.mkdir(parents=True)
     cached.write_bytes(good_path.read_bytes())
-    record = cache.ReleaseRecord(
+    record = release_cache.ReleaseRecord(
         vllm_version="9.9.9",
-        file_sha256=cache.sha256_file(cached),
+        file_sha256=release_cache.sha256_file(cached),
         file_size=cached.stat().st_size,
         wheel="vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl",
         wheel_sha256="0" * 64,
         wheel_sha256_from_index=True,
         fetched_at="2026-01-01T00:00:00Z",
     )
-    cache.record_path("9.9.9").write_text(json.dumps(record.to_json()))
+    release_cache.record_path("9.9.9").write_text(json.dumps(record.to_json()))
     offline(monkeypatch)
     variants = loader.load_variants(["vllm==9.9.9", "kvqueue"])
     prov = variants[0].provenance()
     assert prov["vllm_version"] == "9.9.9"
     assert prov["resolved_path"] == str(cached)
-    assert prov["file_sha256"] == cache.sha256_file(cached)
+    assert prov["file_sha256"] == release_cache.sha256_file(cached)
     assert prov["class_sha256"] == sha(class_text(good_path, "FreeKVCacheBlockQueue"))
     assert variants[0].block_src.vllm_version == "9.9.9"
     assert variants[1].provenance()["vllm_version"] is None
@@ -304,7 +304,7 @@ def test_unknown_release(empty_cache, monkeypatch, tmp_path):
     with pytest.raises(loader.SourceError) as info:
         loader.load_variants(["vllm==0.0.999"])
     assert_one_line_source_error(info, "0.0.999", "does not exist on the package index")
-    assert not cache.cached_path("0.0.999").exists()
+    assert not release_cache.cached_path("0.0.999").exists()
 
 
 def test_no_network_and_no_cache(empty_cache, monkeypatch):
@@ -431,11 +431,11 @@ def test_git_ref_does_not_exist(git_repo, good_text):
 
 def test_git_commit_without_the_member(git_repo, good_text):
     repo, (commit,) = git_repo([good_text])
-    git_repo.git(repo, "rm", "-q", cache.MEMBER)
+    git_repo.git(repo, "rm", "-q", release_cache.MEMBER)
     git_repo.git(repo, "commit", "-q", "-m", "drop")
     with pytest.raises(loader.SourceError) as info:
         loader.read_source(f"git:{repo}@main")
-    assert_one_line_source_error(info, "cannot read", cache.MEMBER)
+    assert_one_line_source_error(info, "cannot read", release_cache.MEMBER)
     assert loader.read_source(f"git:{repo}@{commit}").class_name == "FreeKVCacheBlockQueue"
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.bench import worker
-from kvqueue.gate import gate, invalid, naming, sizes
+from kvqueue.gate import gate, invalid_ops, naming, size_check
+from kvqueue.measure import timing_worker
 from kvqueue.sources import loader
 
 HEADTAIL = Path(__file__).resolve().parent / "queues" / "headtail.py"
@@ -104,12 +104,12 @@ def test_gate_passes_a_head_tail_queue_and_says_what_it_skipped(good_path):
     # No scenario is shared: a sentinel baseline and a head-tail candidate differ in
     # structure, and nothing earlier in the list shares the candidate's.
     assert old.invalid_compared == 0
-    assert old.invalid_skipped == len(invalid.INVALID_SCENARIOS)
+    assert old.invalid_skipped == len(invalid_ops.INVALID_SCENARIOS)
     notes = " ".join(old.notes())
     assert "adapter popleft-loop" in notes
     assert "no prepend_n, iter_blocks_after" in notes
     assert "head-tail structure" in notes
-    assert f"{len(invalid.INVALID_SCENARIOS)} of {len(invalid.INVALID_SCENARIOS)}" in notes
+    assert f"{len(invalid_ops.INVALID_SCENARIOS)} of {len(invalid_ops.INVALID_SCENARIOS)}" in notes
 
 
 def test_gate_compares_head_tail_queues_among_themselves():
@@ -121,12 +121,12 @@ def test_gate_compares_head_tail_queues_among_themselves():
     assert base.ok and twin.ok, (base.error, twin.error)
     shared = [
         sc
-        for sc in invalid.INVALID_SCENARIOS
-        if invalid.scenario_needs(sc) <= {"popleft", "remove", "append", "get_all_free_blocks"}
+        for sc in invalid_ops.INVALID_SCENARIOS
+        if invalid_ops.scenario_needs(sc) <= {"popleft", "remove", "append", "get_all_free_blocks"}
     ]
     assert shared, "some scenarios need only methods a head-tail queue has"
     assert twin.invalid_compared == len(shared) == base.invalid_compared
-    assert twin.invalid_skipped == len(invalid.INVALID_SCENARIOS) - len(shared)
+    assert twin.invalid_skipped == len(invalid_ops.INVALID_SCENARIOS) - len(shared)
 
 
 @pytest.mark.parametrize("timed_sizes", [(), (64,)])
@@ -142,18 +142,18 @@ def test_gate_refuses_a_broken_head_tail_queue(timed_sizes):
 def test_sized_check_refuses_a_broken_head_tail_queue():
     (leaky,) = loader.load_variants([f"{HEADTAIL}::LeakyQueue"], block_mode="own")
     with pytest.raises(naming.ValidationError, match="size 2048"):
-        sizes.size_check(leaky, 2048, ops=2000)
+        size_check.size_check(leaky, 2048, ops=2000)
 
 
 def test_scenario_needs_reads_the_methods_and_sentinels():
-    by_name = {sc[0]: invalid.scenario_needs(sc) for sc in invalid.INVALID_SCENARIOS}
-    assert by_name["popleft() on an empty queue"] == {"popleft", invalid.EMPTY_INIT}
+    by_name = {sc[0]: invalid_ops.scenario_needs(sc) for sc in invalid_ops.INVALID_SCENARIOS}
+    assert by_name["popleft() on an empty queue"] == {"popleft", invalid_ops.EMPTY_INIT}
     assert by_name["popleft_n(5) with 4 free"] == {"popleft_n"}
     assert by_name["remove() of the head sentinel"] == {"remove", "sentinels"}
     assert by_name["iter_blocks_after() a detached cursor"] == {"iter_blocks_after"}
     assert by_name["prepend_n([]) with a corrupted head sentinel"] == {"prepend_n", "sentinels"}
     every = set().union(*by_name.values())
-    assert every <= {*loader.QUEUE_METHODS, "sentinels", invalid.EMPTY_INIT}
+    assert every <= {*loader.QUEUE_METHODS, "sentinels", invalid_ops.EMPTY_INIT}
 
 
 # ------------------------------------------------------------------ worker
@@ -171,7 +171,7 @@ def test_hand_over_between_structures(good_path):
     owner = "old"
     for target in ["new", "old", "old", "new", "old", "new"]:
         if target != owner:
-            worker.hand_over(qs[owner], qs[target], structures[owner], structures[target])
+            timing_worker.hand_over(qs[owner], qs[target], structures[owner], structures[target])
             owner = target
         q = qs[owner]
         got = q.popleft_n(2)
@@ -193,14 +193,14 @@ def test_hand_over_of_an_empty_head_tail_queue(good_path):
     q_old = old.queue_cls(blocks)
     q_new = new.queue_cls([])
     q_old.popleft()
-    worker.hand_over(q_old, q_new, old.structure, new.structure)
+    timing_worker.hand_over(q_old, q_new, old.structure, new.structure)
     assert q_new.num_free_blocks == 0 and q_new.get_all_free_blocks() == []
 
 
 def test_own_pools_give_each_variant_its_blocks(good_path):
     variants = loader.load_variants([str(good_path), str(HEADTAIL)], block_mode="own")
     labels = [v.label for v in variants]
-    pools = worker.OwnPools(
+    pools = timing_worker.OwnPools(
         64,
         {v.label: v.block_cls for v in variants},
         {v.label: v.queue_cls for v in variants},
@@ -229,7 +229,7 @@ def test_worker_times_own_blocks_and_adapted_variants(good_path):
         "cpu": "auto",
         "gc": "disabled",
     }
-    result = worker.run_process(spec)
+    result = timing_worker.run_process(spec)
     assert {(r[0], r[2]) for r in result["rows"]} == {
         (c, label) for c in spec["cases"] for label in ("new", "old")
     }
@@ -257,16 +257,16 @@ def test_worker_refuses_a_block_class_changed_since_the_gate(good_path):
         "gc": "disabled",
     }
     with pytest.raises(SystemExit, match="old's block class changed since the validation gate"):
-        worker.run_process(spec)
+        timing_worker.run_process(spec)
     spec["expected_block_sha256"]["old"] = variants[1].block_src.sha256
-    assert worker.run_process(spec)["rows"]
+    assert timing_worker.run_process(spec)["rows"]
 
 
 def test_runner_passes_the_gates_block_sha256_to_the_worker(monkeypatch, good_path):
     import sys
 
-    from kvqueue.bench import runner
-    from kvqueue.params import bench as bench_params
+    from kvqueue.measure import runner
+    from kvqueue.params import bench_params
 
     seen = {}
     monkeypatch.setattr(runner, "_run_worker", lambda py, spec, timeout: seen.update(spec))
@@ -280,6 +280,6 @@ def test_runner_passes_the_gates_block_sha256_to_the_worker(monkeypatch, good_pa
 def test_sized_check_does_not_count_skipped_draws():
     """A class without iter_blocks_after skips ~1 draw in 10: those checked nothing."""
     ops = 2_000
-    checked = sizes.size_check(headtail(), 256, ops=ops)
+    checked = size_check.size_check(headtail(), 256, ops=ops)
     assert 0.8 * ops < checked < ops
-    assert sizes.size_check(headtail(), 256, ops=ops) == checked  # seeded
+    assert size_check.size_check(headtail(), 256, ops=ops) == checked  # seeded

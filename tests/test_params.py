@@ -1,6 +1,6 @@
-"""One source for every parameter: the fields of ``kvqueue.params`` against the Makefile,
-the CLI options, every command's ``--help``, ``make help``, the environment each command
-reads, and the notebooks' ``parameters`` cells.
+"""One source for every parameter: what the CLI options, every command's ``--help``,
+``make help``, the environment each target gets and each command reads, and the notebooks'
+``parameters`` cells make of the fields of ``kvqueue.params``.
 """
 
 from __future__ import annotations
@@ -9,24 +9,20 @@ import ast
 import os
 import re
 import subprocess
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvqueue import __main__ as cli
-from kvqueue.analysis import stats
-from kvqueue.bench import notebook
 from kvqueue.errors import BenchInputError
-from kvqueue.params import bench as bench_params
-from kvqueue.params import check_queue as check_queue_params
-from kvqueue.params import policy as policy_params
-from kvqueue.params import report as report_params
-from kvqueue.params.spec import ENV_PREFIX, default_of, spec_of
+from kvqueue.measure import run_notebook
+from kvqueue.params import bench_params, command_params, make_vars, policy_params, report_params
+from kvqueue.params.spec import ENV_PREFIX, default_of
+from kvqueue.stats import paired_stats
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MAKEFILE = REPO_ROOT / "Makefile"
 #: Every command of ``python -m kvqueue``.
 COMMANDS = (
     "validate",
@@ -37,15 +33,13 @@ COMMANDS = (
     "check-queue",
     "report",
     "sync-notebooks",
+    "make-vars",
 )
-#: Make targets that pass variables to their command (``--from-env``).
+#: Make targets that pass variables to their command (``--from-env``) and whose recipe
+#: runs the command alone (``report`` is a file rule: it is left out where a target runs).
 VAR_TARGETS = ("validate", "bench", "quick", "history", "policy", "check-queue")
-#: (Makefile list, the fields it must name in order).
-FIELD_LISTS: dict[str, Callable[[], list[Any]]] = {
-    "BENCH_VARS": bench_params.bench_fields,
-    "POLICY_VARS": policy_params.policy_fields,
-    "CHECK_QUEUE_VARS": check_queue_params.check_queue_fields,
-}
+#: A text that Make, or a shell, would change if it evaluated it.
+UNEVALUATED = "$(shell echo evaluated) `echo run` 'q' \"d\" $$HOME $HOME"
 
 
 def _subparser(name: str):
@@ -65,18 +59,6 @@ def _names(fields: list[Any], *leave_out: str) -> set[str]:
 # ------------------------------------------------------------------ agreement
 
 
-@pytest.mark.parametrize("listed_as", sorted(FIELD_LISTS))
-def test_makefile_variables_are_the_fields(listed_as: str) -> None:
-    text = MAKEFILE.read_text(encoding="utf-8")
-    match = re.search(rf"^{listed_as} := ((?:.*\\\n)*.*)$", text, flags=re.M)
-    assert match, f"Makefile has no {listed_as} list"
-    listed = match.group(1).replace("\\\n", " ").split()
-    makes = [spec_of(f).make for f in FIELD_LISTS[listed_as]()]
-    assert listed == makes
-    declared = re.findall(r"^([A-Z_]+)\s*\?=", text, flags=re.M)
-    assert set(makes) <= set(declared), f"a variable of {listed_as} has no `?=` default"
-
-
 def test_cli_options_are_the_fields() -> None:
     bench = bench_params.bench_fields()
     assert _options("bench") == _names(bench) | {"raw_dir", "no_notebook", "from_env"}
@@ -89,25 +71,27 @@ def test_cli_options_are_the_fields() -> None:
     assert _options("report") == settings | report
 
 
-@pytest.mark.parametrize("path", sorted(notebook.expected_parameters_cells()), ids=str)
+@pytest.mark.parametrize("path", sorted(run_notebook.expected_parameters_cells()), ids=str)
 def test_notebook_parameters_cells_are_generated_from_the_fields(path: Path) -> None:
-    expected = notebook.expected_parameters_cells()[path]
-    assert notebook.parameters_cell_source(path) == expected, (
+    expected = run_notebook.expected_parameters_cells()[path]
+    assert run_notebook.parameters_cell_source(path) == expected, (
         f"{path.name}'s parameters cell differs from kvqueue.params: run `make notebooks`"
     )
 
 
-def test_bench_notebook_parameter_names_are_the_fields() -> None:
-    source = notebook.parameters_cell_source(notebook.BENCH_NOTEBOOK_PATH)
-    names = [s.target.id for s in ast.parse(source).body if isinstance(s, ast.AnnAssign)]
-    assert names == [f.name for f in bench_params.bench_fields()] + list(
-        bench_params.BENCH_NOTEBOOK_EXTRA
-    )
+def test_the_bench_notebook_declares_every_value_the_cli_passes() -> None:
+    """papermill injects the values after the ``parameters`` cell: a name the cell does
+    not declare would reach the notebook untyped, undocumented and unchecked."""
+    p = bench_params.make_params(host="grace")
+    passed = bench_params.bench_notebook_parameters(bench_params.Checked(p, {}), Path("/r"), "r")
+    source = run_notebook.parameters_cell_source(run_notebook.BENCH_NOTEBOOK_PATH)
+    declared = [s.target.id for s in ast.parse(source).body if isinstance(s, ast.AnnAssign)]
+    assert sorted(passed) == sorted(declared)
 
 
 def test_papermill_help_shows_types_and_help() -> None:
     papermill = pytest.importorskip("papermill")
-    found = papermill.inspect_notebook(str(notebook.BENCH_NOTEBOOK_PATH))
+    found = papermill.inspect_notebook(str(run_notebook.BENCH_NOTEBOOK_PATH))
     assert found["processes"]["inferred_type_name"] == "int"
     assert found["processes"]["help"] == "main-phase worker processes (with PRECISION: the pilot)"
     assert found["variants"]["inferred_type_name"] == "list[str]"
@@ -127,14 +111,14 @@ def test_notebook_values_round_trip_through_the_parameters() -> None:
 
 
 def test_the_statistics_defaults_are_the_report_settings() -> None:
-    """``kvqueue.analysis.stats`` imports no parameters: its keyword defaults repeat the
+    """``kvqueue.stats.paired_stats`` imports no parameters: its keyword defaults repeat the
     report's settings, and must not drift from them."""
     settings = report_params.ReportSettings()
-    assert settings.confidence == stats.DEFAULT_CONFIDENCE
-    assert settings.resamples == stats.DEFAULT_RESAMPLES
-    assert settings.seed == stats.DEFAULT_BOOTSTRAP_SEED
-    assert settings.delta == stats.DEFAULT_DELTA
-    assert settings.method == stats.CI_METHOD
+    assert settings.confidence == paired_stats.DEFAULT_CONFIDENCE
+    assert settings.resamples == paired_stats.DEFAULT_RESAMPLES
+    assert settings.seed == paired_stats.DEFAULT_BOOTSTRAP_SEED
+    assert settings.delta == paired_stats.DEFAULT_DELTA
+    assert settings.method == paired_stats.CI_METHOD
 
 
 def test_report_settings_parse_like_every_parameter() -> None:
@@ -176,44 +160,133 @@ def test_every_help_lists_every_variable_its_command_reads(
     assert not missing, f"`{command} --help` does not name {missing}"
 
 
-def test_make_help_lists_the_variables_of_every_target() -> None:
-    proc = subprocess.run(
-        ["make", "--no-print-directory", "help"],
+def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``make --no-print-directory ARGS`` in the repository (``env``: its whole environment)."""
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
         timeout=60,
-        check=True,
+        env=env,
     )
-    listed = {}
-    _, _, variables = proc.stdout.partition("variables of each target")
-    for line in variables.splitlines():
-        words = line.split()
-        if words and words[0] in VAR_TARGETS:
-            listed.setdefault(words[0], words[1:])
-    for target in VAR_TARGETS:
+
+
+def _help_variables(stdout: str) -> dict[str, list[str]]:
+    """Target -> its variables, from ``make help``'s "variables of each target" lines."""
+    listed: dict[str, list[str]] = {}
+    _, _, variables = stdout.partition("variables of each target")
+    for line in variables.splitlines()[2:]:
+        target, *names = line.split()
+        listed.setdefault(target, names)
+    return listed
+
+
+def test_make_help_lists_the_variables_of_every_target() -> None:
+    proc = _make("help")
+    assert proc.returncode == 0, proc.stderr
+    listed = _help_variables(proc.stdout)
+    for target in (*VAR_TARGETS, "report"):
         assert target in listed, f"make help has no variables line for {target}"
-        assert sorted(listed[target]) == sorted(cli.reads(target)), target
+        assert listed[target] == cli.reads(target), target
     assert "BOOTSTRAP_PY" in proc.stdout
+
+
+def _show_env(tmp_path: Path) -> Path:
+    """A stand-in interpreter that prints its environment."""
+    show = tmp_path / "show-env"
+    show.write_text("#!/bin/sh\nenv\n")
+    show.chmod(0o755)
+    return show
 
 
 @pytest.mark.parametrize("target", VAR_TARGETS)
 def test_make_exports_to_each_target_what_its_command_reads(target: str, tmp_path: Path):
     """Run each target with a stand-in interpreter that prints its environment."""
-    show = tmp_path / "show-env"
-    show.write_text("#!/bin/sh\nenv\n")
-    show.chmod(0o755)
-    proc = subprocess.run(
-        ["make", "--no-print-directory", target, f"VPY={show}", f"PYTHON={show}"],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        env={"PATH": os.environ["PATH"]},
-        check=True,
-    )
+    show = _show_env(tmp_path)
+    proc = _make(target, f"VPY={show}", f"PYTHON={show}", env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr
     exported = re.findall(rf"^{ENV_PREFIX}(\w+)=", proc.stdout, flags=re.M)
     assert sorted(exported) == sorted(cli.reads(target))
+
+
+@pytest.mark.parametrize("target", VAR_TARGETS)
+def test_make_passes_each_value_as_typed_and_only_as_kvqueue(target: str, tmp_path: Path):
+    """Every variable, given on the command line or in the environment, reaches the
+    command as ``KVQUEUE_<NAME>`` as typed, and none reaches it under its own name."""
+    show = _show_env(tmp_path)
+    # PYTHON runs (validate's recipe) and RAW_DIR is the report rule's too: plain texts.
+    plain = {"PYTHON": str(show), command_params.RAW_DIR: str(tmp_path / "raw")}
+    given = {v: plain.get(v, UNEVALUATED) for v in cli.reads(target)}
+    first = next(v for v in cli.reads(target) if v not in ("PYTHON", command_params.RAW_DIR))
+    env = {"PATH": os.environ["PATH"], first: given[first]}
+    proc = _make(target, f"VPY={show}", *(f"{v}={given[v]}" for v in given if v != first), env=env)
+    assert proc.returncode == 0, proc.stderr
+    received = dict(re.findall(r"^(\w+)=(.*)$", proc.stdout, flags=re.M))
+    assert {v: received[ENV_PREFIX + v] for v in given} == given
+    everyone = {v for vs in make_vars.targets().values() for v in vs}
+    assert not everyone & set(received), "a variable reached the recipe under its own name"
+    assert not (tmp_path / "raw").exists()
+
+
+# ------------------------------------------------------------------ the generated include
+
+
+def _stale(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, older than every declaration (Make remakes it)."""
+    path.write_text(text, encoding="utf-8")
+    os.utime(path, (0, 0))
+
+
+_STANDIN_INCLUDE = "VAR_TARGETS := bench\nbench_VARS := STAND_IN\n"
+
+
+def test_make_reads_an_up_to_date_include_without_starting_python(tmp_path: Path) -> None:
+    """An include newer than the declarations is read as it is: with an interpreter that
+    cannot run, nothing warns, so no call to `make` pays a Python start."""
+    include = tmp_path / "params.mk"
+    include.write_text(_STANDIN_INCLUDE, encoding="utf-8")
+    proc = _make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    listed = _help_variables(proc.stdout)
+    assert listed["bench"] == ["STAND_IN"] and set(listed) == {"bench", "setup"}
+
+
+def test_a_failed_remake_keeps_the_previous_include(tmp_path: Path) -> None:
+    """A declaration that does not import must not take `make help` (or `make test`,
+    which would show why) down with it; with no previous include, Make stops."""
+    include = tmp_path / "params.mk"
+    _stale(include, _STANDIN_INCLUDE)
+    proc = _make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
+    assert proc.returncode == 0 and "kept the previous" in proc.stderr, proc.stderr
+    assert _help_variables(proc.stdout)["bench"] == ["STAND_IN"]
+    proc = _make("help", f"PARAMS_MK={tmp_path / 'none' / 'params.mk'}", "BOOTSTRAP_PY=false")
+    assert proc.returncode != 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale", [False, True], ids=["missing", "stale"])
+def test_make_writes_the_include_from_the_declarations(stale: bool, tmp_path: Path) -> None:
+    """A fresh clone (no include, no .venv) and a changed declaration (an include older
+    than it) get the include written by a bare interpreter (``-S``: no site-packages)."""
+    include = tmp_path / "make" / "params.mk"
+    if stale:
+        include.parent.mkdir()
+        _stale(include, _STANDIN_INCLUDE)
+    proc = _make("help", f"PARAMS_MK={include}", f"BOOTSTRAP_PY={sys.executable}")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert include.read_text(encoding="utf-8") == make_vars.fragment()
+    assert _help_variables(proc.stdout)["bench"] == cli.reads("bench")
+    assert [p.name for p in include.parent.iterdir()] == ["params.mk"]  # no temporary left
+
+
+@pytest.mark.parametrize("name", ["A B", "X=1", "$(shell id)", "lower", "PATH"])
+def test_a_make_variable_that_would_be_make_syntax_is_refused(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(make_vars.READS, "bench", command_params.Reads(extra=(name,)))
+    with pytest.raises(ValueError, match="cannot be a Make variable"):
+        make_vars.fragment()
 
 
 class _Recording(dict):
@@ -245,11 +318,10 @@ def test_from_env_reads_exactly_the_declared_variables(
     command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What ``--from-env`` really reads (nothing is run: the work is stubbed out)."""
-    from kvqueue import child
-    from kvqueue.bench import check_queue, quick
-    from kvqueue.bench import checks as bench_checks
-    from kvqueue.history import collect as history_collect
-    from kvqueue.policy import checks as policy_checks
+    from kvqueue.ab import queue_check, quick_loop
+    from kvqueue.history import history_collect
+    from kvqueue.measure import child, interpreter_checks
+    from kvqueue.policy import policy_checks
     from kvqueue.sources import loader
 
     def stop(*_args: Any, **_kwargs: Any) -> Any:
@@ -257,9 +329,9 @@ def test_from_env_reads_exactly_the_declared_variables(
 
     monkeypatch.setattr(child, "die_with_parent", lambda: None)
     monkeypatch.setattr(loader, "load_variants", stop)
-    monkeypatch.setattr(bench_checks, "check", stop)
-    monkeypatch.setattr(quick, "run_quick", stop)
-    monkeypatch.setattr(check_queue, "check", stop)
+    monkeypatch.setattr(interpreter_checks, "check", stop)
+    monkeypatch.setattr(quick_loop, "run_quick", stop)
+    monkeypatch.setattr(queue_check, "check", stop)
     monkeypatch.setattr(history_collect, "run_history", stop)
     monkeypatch.setattr(policy_checks, "check", stop)
     environ = _Recording({k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})

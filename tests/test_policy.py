@@ -11,8 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from kvqueue.policy import invariants, policies
 from kvqueue.sources import loader
-from kvqueue.subject.block import KVCacheBlock
-from kvqueue.subject.ours import FreeKVCacheBlockQueue
+from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
+from kvqueue.subjects.stand_in_block import KVCacheBlock
 
 
 def make_queue(order: list[int], pool: int | None = None) -> tuple[FreeKVCacheBlockQueue, dict]:

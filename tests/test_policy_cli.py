@@ -13,17 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import synthetic
 
 from kvqueue import __main__ as cli
-from kvqueue import child, schema
-from kvqueue.bench import runfiles
+from kvqueue import schema
 from kvqueue.errors import BenchInputError
-from kvqueue.params import policy as policy_params
-from kvqueue.policy import analyze as policy_analyze
-from kvqueue.policy import checks as policy_checks
-from kvqueue.policy import report as policy_report
-from kvqueue.policy import worker as policy_worker
-from kvqueue.report import processed
+from kvqueue.measure import child, run_folder
+from kvqueue.params import policy_params
+from kvqueue.policy import policy_analysis, policy_checks, policy_present, policy_worker
+from kvqueue.rawdata import git_state
+from kvqueue.report import processed_build
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -88,26 +87,26 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
     assert meta["workload"]["pool"] == 1024 and meta["seeds"]["run"] == 1
     assert meta["variants"][0]["check"]["ok"]
     assert meta["processes_completed"]["main"] == 6
-    runs = policy_analyze.read_policy_runs(raw)
+    runs = synthetic.policy_runs(raw)
     assert len(runs) == 1 and runs[0]["altered"] is None
     assert meta["protocol"] == schema.POLICY_PROTOCOL and meta["age_edges"][-1] == 8
     assert meta["gate"][0]["ok"]
     windows = len(meta["age_edges"]) - 1
     assert len(runs[0]["rows"]) == 6 * 3 * windows
-    table = policy_analyze.analyze(raw)
+    table = synthetic.policy_table(raw)
     assert set(table["policy"]) == {"lru", "contig-w1", "contig-inf"}
     steady = table[table["age"] == "steady"]
     red = steady[(steady["policy"] == "contig-inf") & (steady["metric"] == "runs_reduction")]
     assert float(red["estimate"].iloc[0]) > 1.0
     assert (
-        "not settled" in policy_report.display_table(table).to_string()
+        "not settled" in policy_present.display_table(table).to_string()
         or (steady[steady["metric"] == "settled"]["estimate"] == 1.0).all()
     )
     # An edited policy_age.csv is left out (altered), never read into the table.
     csv_path = run_dir / schema.POLICY_AGE_CSV
     csv_path.write_text(csv_path.read_text().replace(",lru,", ",lru,", 1) + "\n")
-    assert policy_analyze.read_policy_runs(raw)[0]["altered"]
-    assert policy_analyze.analyze(raw).empty
+    assert synthetic.policy_runs(raw)[0]["altered"]
+    assert synthetic.policy_table(raw).empty
 
 
 # ------------------------------------------------------------------ review fixes
@@ -196,7 +195,7 @@ def _older_rows_text(rows: list[dict]) -> str:
 
 
 #: ``policy.csv`` as runs of the older protocol wrote it (still read, never written).
-OLDER_TABLE = runfiles.RunTable(
+OLDER_TABLE = run_folder.RunTable(
     schema.POLICY_CSV, _older_rows_text, lambda process, phase, row: {"process": process, **row}
 )
 
@@ -214,7 +213,7 @@ def _policy_run(raw: Path, run_id: str, variant: str, processes: int = 5) -> Pat
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = runfiles.RunWriter(raw / "h" / run_id, record, OLDER_TABLE)
+    writer = run_folder.RunWriter(raw / "h" / run_id, record, OLDER_TABLE)
     for k in range(1, processes + 1):
         # contig takes 1.5x the blocks per >= 8 allocation of lru (other prefix hits) in
         # 1.2x the time: slower per allocation, faster per block.
@@ -237,46 +236,36 @@ def _metric(table, name: str, metric: str) -> float:
 def test_time_per_block_pairs_allocations_of_other_sizes(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    table = policy_analyze.analyze(raw)
+    table = synthetic.policy_table(raw)
     assert _metric(table, "contig-w1", "big_ns_ratio") == pytest.approx(1.2)
     assert _metric(table, "contig-w1", "big_block_ns_ratio") == pytest.approx(0.8)
     assert _metric(table, "lru", "ns_per_big_block") == pytest.approx(100 * 1.03)
     # Older protocol: analysed as before, named in one line, not in the steady-state table.
-    assert set(table["protocol"]) == {policy_analyze.OLDER_PROTOCOL}
-    assert policy_report.display_table(table).empty
-    text = policy_report.note(table, 0.95)
+    assert set(table["protocol"]) == {policy_analysis.OLDER_PROTOCOL}
+    assert policy_present.display_table(table).empty
+    text = policy_present.note(table, 0.95)
     assert "Older protocol" in text and "h/r1" in text and "No steady-state" in text
 
 
-def test_a_policy_run_that_differs_from_its_commit_is_left_out(tmp_path: Path) -> None:
+def test_a_policy_run_that_differs_from_its_commit_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    assert not policy_analyze.analyze(raw, git_states={"h/r1": "committed"}).empty
+    assert not synthetic.policy_table(raw, git_states={"h/r1": "committed"}).empty
     # Edited and re-sealed (digests recomputed): only git can tell.
-    assert policy_analyze.analyze(raw, git_states={"h/r1": "modified"}).empty
-    runs = policy_analyze.with_git_state(policy_analyze.read_policy_runs(raw), {"h/r1": "modified"})
-    assert runs[0]["rows"] is None and "git" in runs[0]["altered"]
-
-
-def test_processed_build_passes_git_states_to_the_policy_table(tmp_path, monkeypatch) -> None:
-    seen = {}
-    original = policy_analyze.analyze
-
-    def fake(raw_dir, settings=None, git_states=None, only=None):
-        seen["git"] = git_states
-        return original(raw_dir, settings, git_states, only)
-
-    monkeypatch.setattr(processed, "git_states", lambda raw_dir: {"h/r1": "modified"})
-    monkeypatch.setattr(policy_analyze, "analyze", fake)
-    raw = tmp_path / "raw"
-    _policy_run(raw, "r1", "kvqueue")
-    data = processed.build(raw, tmp_path / "processed")
-    assert seen["git"] == {"h/r1": "modified"} and data.policy.empty
+    assert synthetic.policy_table(raw, git_states={"h/r1": "modified"}).empty
+    # The build applies the same rule, and its ledger names the run.
+    monkeypatch.setattr(git_state, "git_states", lambda raw_dir: {"h/r1": "modified"})
+    data = processed_build.build(raw, tmp_path / "processed")
+    assert data.policy.empty
+    (row,) = data.ledger.itertuples()
+    assert row.use == "left out" and "git" in row.reason
 
 
 def test_the_figure_without_a_steady_state_run_says_so(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _policy_run(raw, "r1", "kvqueue")
-    fig = policy_report.figure(policy_analyze.analyze(raw))
+    fig = policy_present.figure(synthetic.policy_table(raw))
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert any("No steady-state policy run" in t for t in texts)

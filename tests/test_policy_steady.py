@@ -13,18 +13,26 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import synthetic
 
 from kvqueue import schema
-from kvqueue.bench import runfiles
 from kvqueue.errors import BenchInputError
 from kvqueue.formatting import TOO_FEW
-from kvqueue.params import policy as policy_params
-from kvqueue.policy import analyze, churn, invariants, measure, policies, trace
-from kvqueue.policy import checks as policy_checks
-from kvqueue.policy import collect as policy_collect
-from kvqueue.policy import report as policy_report
-from kvqueue.subject.block import KVCacheBlock
-from kvqueue.subject.ours import FreeKVCacheBlockQueue
+from kvqueue.measure import run_folder
+from kvqueue.params import policy_params
+from kvqueue.policy import (
+    age_windows,
+    churn,
+    invariants,
+    policies,
+    policy_analysis,
+    policy_checks,
+    policy_collect,
+    policy_present,
+    trace,
+)
+from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
+from kvqueue.subjects.stand_in_block import KVCacheBlock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "data" / "traces" / "example.jsonl"
@@ -55,7 +63,7 @@ def _queue(ids: list[int], pool: int = 32) -> tuple[FreeKVCacheBlockQueue, list[
 
 def test_age_windows_reach_50_and_300_turnovers_by_default() -> None:
     p = policy_params.PolicyParams(host="h")
-    edges = measure.age_edges(p.warmup_turnovers, p.turnovers)
+    edges = age_windows.age_edges(p.warmup_turnovers, p.turnovers)
     assert edges[0] == 0 and edges[-1] == p.turnovers
     # The measurement is the last two windows: its two halves.
     assert edges[-3:] == [p.warmup_turnovers, 300.0, 400.0]
@@ -64,7 +72,7 @@ def test_age_windows_reach_50_and_300_turnovers_by_default() -> None:
 
 def test_age_edges_refuse_a_warm_up_past_the_end() -> None:
     with pytest.raises(ValueError, match="below the end"):
-        measure.age_edges(10, 10)
+        age_windows.age_edges(10, 10)
 
 
 def test_the_age_is_allocations_over_the_pool() -> None:
@@ -188,7 +196,7 @@ def test_the_agentic_regime_has_fewer_larger_allocations() -> None:
 
 def _run_pass(name: str, events=None, workload: churn.Workload = SMALL, seed: int = 2):
     """One pass (as the worker runs it, without timing concerns): rows and final queue."""
-    meter = measure.Meter(measure.age_edges(1, 3), 8)
+    meter = age_windows.Meter(age_windows.age_edges(1, 3), 8)
     policy = policies.get(name)
     sides = {}
     for s in (churn.DECODE, churn.PREFILL):
@@ -200,9 +208,9 @@ def _run_pass(name: str, events=None, workload: churn.Workload = SMALL, seed: in
     if events is None:
         sim = churn.Churn(workload, seed, sides[churn.DECODE].queue, [], None)
         sim.pools = pools
-        measure.synthetic_pass(sim, meter)
+        age_windows.synthetic_pass(sim, meter)
     else:
-        measure.replay_pass(pools, events, workload.pool, meter)
+        age_windows.replay_pass(pools, events, workload.pool, meter)
     keys = ("allocations", "blocks", "big_runs", "reads", "descriptors", "desc_p90")
     rows = [{k: r[k] for k in keys} for r in meter.rows()]
     return rows, invariants.free_ids(sides[churn.DECODE].queue)
@@ -306,7 +314,7 @@ def _age_run(raw: Path, run_id: str, late: int, processes: int = 6) -> Path:
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = runfiles.RunWriter(raw / "h" / run_id, record, policy_collect.POLICY_TABLE)
+    writer = run_folder.RunWriter(raw / "h" / run_id, record, policy_collect.POLICY_TABLE)
     for k in range(1, processes + 1):
         jitter = k % 3  # processes differ a little
         rows = []
@@ -319,24 +327,24 @@ def _age_run(raw: Path, run_id: str, late: int, processes: int = 6) -> Path:
 
 
 def _steady(table: pd.DataFrame, metric: str, policy: str = "contig-w4") -> pd.Series:
-    hit = table[(table["age"] == analyze.STEADY) & (table["policy"] == policy)]
+    hit = table[(table["age"] == policy_analysis.STEADY) & (table["policy"] == policy)]
     return hit[hit["metric"] == metric].iloc[0]
 
 
 def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=200)
-    table = analyze.analyze(raw)
+    table = synthetic.policy_table(raw)
     assert _steady(table, "settled")["estimate"] == 1.0
     assert _steady(table, "desc_reduction")["estimate"] == pytest.approx(2.0, rel=0.02)
     # Saved: (40 - 20) descriptors per READ x 1,000 ns; added: (3,000 - 1,000) ns per READ.
     assert _steady(table, "ns_saved")["estimate"] == pytest.approx(20_000, rel=0.02)
     assert _steady(table, "ns_added")["estimate"] == pytest.approx(2_000, rel=0.01)
     assert _steady(table, "net_ns")["estimate"] == pytest.approx(18_000, rel=0.03)
-    shown = policy_report.display_table(table)
+    shown = policy_present.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0].startswith("2.0")
-    note = policy_report.note(table, 0.95)
+    note = policy_present.note(table, 0.95)
     assert "net gain" in note
     assert "The largest steady-state reduction, `contig-w4` at 2.0" in note
 
@@ -344,12 +352,12 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=350)
-    table = analyze.analyze(raw)
+    table = synthetic.policy_table(raw)
     assert _steady(table, "settled")["estimate"] == 0.0
-    shown = policy_report.display_table(table)
+    shown = policy_present.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0] == "not settled"
-    note = policy_report.note(table, 0.95)
+    note = policy_present.note(table, 0.95)
     assert "not settled" in note
     # An unsettled window is never called a steady-state reduction.
     assert "largest steady-state reduction" not in note
@@ -359,14 +367,14 @@ def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
 def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=200, processes=1)
-    table = analyze.analyze(raw)
-    shown = policy_report.display_table(table)
+    table = synthetic.policy_table(raw)
+    shown = policy_present.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     cell = shown.loc[shown["policy"] == "contig-w4", head].iloc[0]
     assert cell.startswith("2.0") and cell.endswith(f"[{TOO_FEW}]"), cell
     net = shown.loc[shown["policy"] == "contig-w4", "net ns / request"].iloc[0]
     assert net.endswith(f"[{TOO_FEW}]"), net
-    note = policy_report.note(table, 0.95)
+    note = policy_present.note(table, 0.95)
     readings = "\n\n".join(note.split("\n\n")[2:])  # after the two method paragraphs
     assert "not settled" not in readings and "within the interval" not in readings
     assert f"settling {TOO_FEW}" in readings
@@ -376,8 +384,8 @@ def test_three_processes_settle_but_time_needs_six(tmp_path: Path) -> None:
     # A t interval needs 2 processes; the order-statistic interval of a median 6 at 95 %.
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=200, processes=3)
-    table = analyze.analyze(raw)
-    shown = policy_report.display_table(table)
+    table = synthetic.policy_table(raw)
+    shown = policy_present.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     row = shown[shown["policy"] == "contig-w4"].iloc[0]
     assert "[" in row[head] and TOO_FEW not in row[head], row[head]
@@ -388,12 +396,12 @@ def test_three_processes_settle_but_time_needs_six(tmp_path: Path) -> None:
 def test_the_age_curve_has_a_point_per_window_and_policy(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=200)
-    table = analyze.analyze(raw)
-    curve = table[(table["age"] != analyze.STEADY) & (table["metric"] == "desc_reduction")]
+    table = synthetic.policy_table(raw)
+    curve = table[(table["age"] != policy_analysis.STEADY) & (table["metric"] == "desc_reduction")]
     assert sorted(set(curve["age"])) == ["0–1", "1–2", "2–3"]
     red = curve[curve["policy"] == "contig-w4"].sort_values("age_from")["estimate"]
     assert list(red.round(1)) == [4.0, 2.0, 2.0]
-    fig = policy_report.figure(table)
+    fig = policy_present.figure(table)
     (ax,) = [a for a in fig.axes if a.get_visible()]
     line = ax.lines[0]
     assert len(line.get_xdata()) == 3 and ax.get_xscale() == "log"
@@ -421,24 +429,24 @@ def test_the_report_reads_older_and_steady_runs_together(tmp_path: Path) -> None
     meta["host"], meta["run_id"] = "h", "r0"
     (old / "run.json").write_text(json.dumps(meta))
     (old / schema.POLICY_CSV).write_bytes((src / schema.POLICY_CSV).read_bytes())
-    table = analyze.analyze(raw)
-    assert set(table["protocol"]) == {analyze.OLDER_PROTOCOL, schema.POLICY_PROTOCOL}
-    text = policy_report.note(table, 0.95)
+    table = synthetic.policy_table(raw)
+    assert set(table["protocol"]) == {policy_analysis.OLDER_PROTOCOL, schema.POLICY_PROTOCOL}
+    text = policy_present.note(table, 0.95)
     assert "Older protocol" in text and "h/r0" in text and "**h, CPython 3.12.0" in text
-    shown = policy_report.display_table(table)
+    shown = policy_present.display_table(table)
     assert set(shown["regime"]) == {"chat"}
 
 
 def test_the_report_renders_without_any_policy_run() -> None:
-    empty = pd.DataFrame(columns=list(analyze.TABLE_COLUMNS))
-    assert policy_report.display_table(empty).empty
-    assert "No steady-state policy run" in policy_report.note(empty, 0.95)
-    assert policy_report.figure(empty).axes
+    empty = pd.DataFrame(columns=list(policy_analysis.TABLE_COLUMNS))
+    assert policy_present.display_table(empty).empty
+    assert "No steady-state policy run" in policy_present.note(empty, 0.95)
+    assert policy_present.figure(empty).axes
 
 
 def test_the_older_committed_runs_still_read() -> None:
-    table = analyze.analyze(REPO_ROOT / "data" / "raw")
-    older = policy_report.older_runs(table)
+    table = synthetic.policy_table(REPO_ROOT / "data" / "raw")
+    older = policy_present.older_runs(table)
     committed = sorted(
         f"{p.parent.parent.name}/{p.parent.name}"
         for p in (REPO_ROOT / "data" / "raw").glob("*/*/run.json")
@@ -449,7 +457,7 @@ def test_the_older_committed_runs_still_read() -> None:
 
 def test_the_default_cost_per_descriptor_is_the_prs() -> None:
     assert policy_params.PolicyParams().desc_cost_ns == pytest.approx(79.6e6 / 23_252, abs=1)
-    assert math.isclose(analyze.DEFAULT_DESC_COST_NS, 79.6e6 / 23_252)
+    assert math.isclose(policy_analysis.DEFAULT_DESC_COST_NS, 79.6e6 / 23_252)
 
 
 # ------------------------------------------------------------------ the gate first
@@ -494,7 +502,7 @@ def test_trace_out_then_trace_replays_end_to_end(tmp_path: Path) -> None:
     (run_dir,) = (raw / "t").iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["trace"]["events"] > 100 and meta["trace"]["header"]["pool"] == 1024
-    table = analyze.analyze(raw)
+    table = synthetic.policy_table(raw)
     assert set(table["regime"]) == {"trace"}
 
 
@@ -506,5 +514,5 @@ def test_a_sensitivity_run_is_named_by_what_it_changed() -> None:
     )
     assert policy_params.regime_label(changed) == "agentic, free order append, prefix share 0.3"
     meta = {"regime_label": "agentic, free order append", "parameters": {"regime": "agentic"}}
-    assert analyze.regime_label(meta) == "agentic, free order append"
-    assert analyze.regime_label({**meta, "trace": {"path": "x"}}) == "trace"
+    assert policy_analysis.regime_label(meta) == "agentic, free order append"
+    assert policy_analysis.regime_label({**meta, "trace": {"path": "x"}}) == "trace"

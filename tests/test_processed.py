@@ -1,5 +1,5 @@
-"""Raw-data checks (kvqueue.analysis.rawdata) and the processed tables
-(kvqueue.report.processed)."""
+"""Raw-data checks (kvqueue.rawdata.raw_reader) and the processed tables
+(kvqueue.report.processed_build)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import pytest
 from synthetic import write_fixture, write_run
 
 from kvqueue import __main__ as cli
-from kvqueue.analysis import ab, rawdata
-from kvqueue.params import report as report_params
-from kvqueue.report import ab_tables, check_tables, processed, provenance
+from kvqueue.ab import ab_analysis, ab_tables, validation_tables
+from kvqueue.params import report_params
+from kvqueue.processed import store
+from kvqueue.rawdata import raw_reader
+from kvqueue.report import processed_build, provenance, run_cache
 
 FAST = report_params.ReportSettings(resamples=2000)
 
@@ -38,13 +40,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_processed_files_byte_identical_on_rebuild(fixture_raw: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    processed.build(fixture_raw, a, FAST)
-    processed.build(fixture_raw, b, FAST)
+    processed_build.build(fixture_raw, a, FAST)
+    processed_build.build(fixture_raw, b, FAST)
     first = _files(a)
     assert first == _files(b)
-    processed.build(fixture_raw, a, FAST)  # rebuilding in place changes nothing either
+    processed_build.build(fixture_raw, a, FAST)  # rebuilding in place changes nothing either
     assert first == _files(a)
-    assert {f"{n}.csv" for n in processed.TABLES} | {processed.MANIFEST} == set(first)
+    assert {f"{n}.csv" for n in store.TABLES} | {store.MANIFEST} == set(first)
     for name, content in first.items():
         assert b"\r\n" not in content, name
 
@@ -55,11 +57,11 @@ def _build_with_two_cpus(raw: Path, out: Path, setup: str = "", times: int = 1) 
     one CPU), after the statements ``setup``; each line prefixed by its build's number."""
     code = (
         "import os; os.sched_getaffinity = lambda pid: {0, 1}\n"
-        "from kvqueue.report import processed\n"
-        "from kvqueue.params.report import ReportSettings\n"
+        "from kvqueue.report import processed_build, run_cache\n"
+        "from kvqueue.params.report_params import ReportSettings\n"
         f"{setup}\n"
         f"for build in range({times}):\n"
-        f"    processed.build({str(raw)!r}, {str(out)!r}, ReportSettings("
+        f"    processed_build.build({str(raw)!r}, {str(out)!r}, ReportSettings("
         f"resamples={FAST.resamples}), progress=lambda line: print(build, line))\n"
     )
     proc = subprocess.run(
@@ -72,17 +74,17 @@ def _build_with_two_cpus(raw: Path, out: Path, setup: str = "", times: int = 1) 
 def test_worker_processes_give_the_tables_of_one_process(
     fixture_raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The runs read and analysed in forked workers (processed.prepare_ahead) give the
+    """The runs read and analysed in forked workers (run_cache.prepare_ahead) give the
     same bytes as one process doing it all; a second build reuses every cache."""
     ahead = tmp_path / "ahead"
     lines = _build_with_two_cpus(fixture_raw, ahead, times=2)
-    runs = rawdata.read_raw(fixture_raw, strict=False).runs
+    runs = raw_reader.read_raw(fixture_raw, strict=False).runs
     bench_runs = sum(r.kind == "bench" and r.complete for r in runs)
     first = [ln for ln in lines if ln.startswith("0 processed: read and analysed ")]
     assert len(first) == bench_runs >= 2, lines
     assert not [ln for ln in lines if ln.startswith("1 ") and "analysed" in ln], lines
-    monkeypatch.setattr(processed, "MAX_WORKERS", 1)  # one process does it all
-    processed.build(fixture_raw, tmp_path / "serial", FAST)
+    monkeypatch.setattr(run_cache, "MAX_WORKERS", 1)  # one process does it all
+    processed_build.build(fixture_raw, tmp_path / "serial", FAST)
     assert _files(ahead) == _files(tmp_path / "serial")
 
 
@@ -91,36 +93,36 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_build(fixture_raw: Path, tmp_
     build says so in one line and finishes the runs itself, with the same tables."""
     out = tmp_path / "out"
     setup = (
-        "from kvqueue.analysis import ab\n"
-        "parent, real = os.getpid(), ab.analyze_run\n"
+        "from kvqueue.ab import ab_analysis\n"
+        "parent, real = os.getpid(), ab_analysis.analyze_run\n"
         "def dying(run, settings):\n"
         "    if os.getpid() != parent:\n"
         "        os._exit(1)  # a worker killed from outside\n"
         "    return real(run, settings)\n"
-        "ab.analyze_run = dying\n"
-        "processed._JOB_TIMEOUT = 3.0"
+        "ab_analysis.analyze_run = dying\n"
+        "run_cache._JOB_TIMEOUT = 3.0"
     )
     lines = _build_with_two_cpus(fixture_raw, out, setup)
     assert "0 processed: a worker process gave no answer in 3 s; the rest is done here" in lines
-    processed.build(fixture_raw, tmp_path / "serial", FAST)
+    processed_build.build(fixture_raw, tmp_path / "serial", FAST)
     assert _files(out) == _files(tmp_path / "serial")
-    assert not list((out / processed.RUN_CACHE).rglob("*.tmp"))
+    assert not list((out / run_cache.RUN_CACHE).rglob("*.tmp"))
 
 
 def test_processed_files_do_not_depend_on_raw_location(fixture_raw: Path, tmp_path: Path) -> None:
     copy = tmp_path / "elsewhere" / "raw"
     copy.parent.mkdir()
     shutil.copytree(fixture_raw, copy)
-    processed.build(fixture_raw, tmp_path / "a", FAST)
-    processed.build(copy, tmp_path / "b", FAST)
+    processed_build.build(fixture_raw, tmp_path / "a", FAST)
+    processed_build.build(copy, tmp_path / "b", FAST)
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
 
 
 def test_load_round_trip(fixture_raw: Path, tmp_path: Path) -> None:
-    built = processed.build(fixture_raw, tmp_path, FAST)
-    loaded = processed.load(tmp_path)
+    built = processed_build.build(fixture_raw, tmp_path, FAST)
+    loaded = store.load(tmp_path)
     assert loaded.settings == FAST
-    for name, spec in processed.TABLES.items():
+    for name, spec in store.TABLES.items():
         df = loaded.table(name)
         assert list(df.columns) == list(spec), name
         assert len(df) == len(built.table(name)), name
@@ -131,13 +133,15 @@ def test_ensure_reuses_then_rebuilds_on_change(fixture_raw: Path, tmp_path: Path
     raw = tmp_path / "raw"
     shutil.copytree(fixture_raw, raw)
     out = tmp_path / "proc"
-    processed.build(raw, out, FAST)
+    processed_build.build(raw, out, FAST)
     stamp = (out / "summary.csv").stat().st_mtime_ns
-    processed.ensure(raw, out, FAST)
+    processed_build.ensure(raw, out, FAST)
     assert (out / "summary.csv").stat().st_mtime_ns == stamp  # reused
-    data = processed.ensure(raw, out, report_params.ReportSettings(resamples=2000, delta=0.02))
+    data = processed_build.ensure(
+        raw, out, report_params.ReportSettings(resamples=2000, delta=0.02)
+    )
     assert data.settings.delta == 0.02
-    assert json.loads((out / processed.MANIFEST).read_text())["settings"]["delta"] == 0.02
+    assert json.loads((out / store.MANIFEST).read_text())["settings"]["delta"] == 0.02
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,7 +151,7 @@ def test_ensure_reuses_then_rebuilds_on_change(fixture_raw: Path, tmp_path: Path
 def test_headline_is_newest_full_run_and_incomplete_run_is_named(
     fixture_raw: Path, tmp_path: Path
 ) -> None:
-    data = processed.build(fixture_raw, tmp_path, FAST)
+    data = processed_build.build(fixture_raw, tmp_path, FAST)
     runs = data.runs.set_index("run_id")
     assert bool(runs.loc["20261129T090000Z-cp312-bbbb", "headline"])
     assert not bool(runs.loc["20261128T090000Z-cp312-aaaa", "headline"])
@@ -163,7 +167,7 @@ def test_headline_is_newest_full_run_and_incomplete_run_is_named(
 
 
 def test_summary_recovers_synthetic_truth(fixture_raw: Path, tmp_path: Path) -> None:
-    data = processed.build(fixture_raw, tmp_path, FAST)
+    data = processed_build.build(fixture_raw, tmp_path, FAST)
     s = data.summary[(data.summary["phase"] == "main") & (data.summary["kind"] == "pair")]
     up = s[(s["candidate"] == "vllm==0.32.0") & (s["baseline"] == "vllm==0.31.0")]
     ours = s[(s["candidate"] == "kvqueue") & (s["baseline"] == "vllm==0.32.0")]
@@ -193,17 +197,17 @@ def test_order_effect_warning(tmp_path: Path) -> None:
         noise=0.005,
         order_effect=0.02,
     )
-    data = processed.build(raw, tmp_path / "p", FAST)
+    data = processed_build.build(raw, tmp_path / "p", FAST)
     row = data.order_effects.iloc[0]
     assert row["effect"] == pytest.approx((1.02**3) - 1, abs=0.01)
     assert bool(row["warn"])
-    assert "WARNING" in check_tables.order_summary(data)
+    assert "WARNING" in validation_tables.order_summary(data)
 
 
 def test_comparisons_for_run() -> None:
     pairs = report_params.DEFAULT_PAIRS
     labels = ["vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor", "vllm==0.32.0#2"]
-    got = ab.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
+    got = ab_analysis.comparisons_for_run(labels, "vllm==0.31.0", ["kvqueue:floor"], pairs)
     assert got == [
         ("vllm==0.32.0", "vllm==0.31.0", "pair"),
         ("kvqueue", "vllm==0.32.0", "pair"),
@@ -211,11 +215,11 @@ def test_comparisons_for_run() -> None:
     ]
     # No configured pair present: every candidate (not bounds, not A/A copies) vs baseline.
     other = ["a.py", "b.py", "kvqueue:floor", "a.py#2"]
-    got = ab.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
+    got = ab_analysis.comparisons_for_run(other, "a.py", ["kvqueue:floor"], pairs)
     assert got == [("b.py", "a.py", "pair"), ("a.py#2", "a.py", "aa")]
-    assert ab.aa_original("x#2") == "x"
-    assert ab.aa_original("x#1") is None
-    assert ab.aa_original("git:repo@abc#def") is None
+    assert ab_analysis.aa_original("x#2") == "x"
+    assert ab_analysis.aa_original("x#1") is None
+    assert ab_analysis.aa_original("git:repo@abc#def") is None
 
 
 def test_runs_without_configured_pairs_are_still_compared(tmp_path: Path) -> None:
@@ -229,7 +233,7 @@ def test_runs_without_configured_pairs_are_still_compared(tmp_path: Path) -> Non
         cases=("alloc1",),
         pools=(2048,),
     )
-    data = processed.build(raw, tmp_path / "p", FAST)
+    data = processed_build.build(raw, tmp_path / "p", FAST)
     assert list(zip(data.summary["candidate"], data.summary["baseline"], strict=True)) == [
         ("b.py", "a.py")
     ]
@@ -245,7 +249,7 @@ def _tiny_run(raw: Path) -> Path:
     )
 
 
-def _assert_names(exc: rawdata.RawDataError, path: Path) -> None:
+def _assert_names(exc: raw_reader.RawDataError, path: Path) -> None:
     msg = str(exc)
     assert msg.startswith(str(path)), msg
     assert "\n" not in msg
@@ -267,8 +271,8 @@ def test_malformed_samples_csv_names_the_file(tmp_path: Path, mutate, needle: st
     run = _tiny_run(tmp_path)
     path = run / "samples.csv"
     path.write_text(mutate(path.read_text()))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     _assert_names(err.value, path)
     assert needle in str(err.value)
 
@@ -281,11 +285,11 @@ def test_inconsistent_ns_per_cycle_and_duplicates(tmp_path: Path) -> None:
     at = lines[0].split(",").index("ns_per_cycle")
     fields[at] = str(float(fields[at]) * 2)
     path.write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]) + "\n")
-    with pytest.raises(rawdata.RawDataError, match="ns_per_cycle != ns_total"):
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError, match="ns_per_cycle != ns_total"):
+        raw_reader.read_raw(tmp_path)
     path.write_text("\n".join([*lines, lines[1]]) + "\n")
-    with pytest.raises(rawdata.RawDataError, match="duplicate sample"):
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError, match="duplicate sample"):
+        raw_reader.read_raw(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -311,8 +315,8 @@ def test_malformed_run_json_names_the_file(tmp_path: Path, mutate, needle: str) 
     run = _tiny_run(tmp_path)
     path = run / "run.json"
     path.write_text(mutate(path.read_text()))
-    with pytest.raises(rawdata.RawDataError) as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError) as err:
+        raw_reader.read_raw(tmp_path)
     _assert_names(err.value, path)
     assert needle in str(err.value)
 
@@ -320,12 +324,12 @@ def test_malformed_run_json_names_the_file(tmp_path: Path, mutate, needle: str) 
 def test_missing_files(tmp_path: Path) -> None:
     run = _tiny_run(tmp_path)
     (run / "samples.csv").unlink()
-    with pytest.raises(rawdata.RawDataError, match="missing") as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError, match="missing") as err:
+        raw_reader.read_raw(tmp_path)
     _assert_names(err.value, run / "samples.csv")
     (run / "run.json").unlink()
-    with pytest.raises(rawdata.RawDataError, match="missing") as err:
-        rawdata.read_raw(tmp_path)
+    with pytest.raises(raw_reader.RawDataError, match="missing") as err:
+        raw_reader.read_raw(tmp_path)
     _assert_names(err.value, run / "run.json")
 
 
@@ -333,8 +337,8 @@ def test_incomplete_run_samples_are_not_read(tmp_path: Path) -> None:
     write_run(tmp_path, status="running", processes=2, confirm_processes=0, cases=("alloc1",))
     run = next(tmp_path.glob("*/*"))
     (run / "samples.csv").write_text("garbage, cut short")
-    raw = rawdata.read_raw(tmp_path)
-    assert raw.complete == () and len(raw.left_out) == 1
+    raw = raw_reader.read_raw(tmp_path)
+    assert raw.complete == () and len([r for r in raw.runs if not r.included]) == 1
 
 
 def test_cli_malformed_file_one_line_nonzero(
@@ -393,13 +397,13 @@ def test_tables_from_a_real_quick_harness_run(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     settings = report_params.ReportSettings(pairs=(("kvqueue:floor", "kvqueue"),), resamples=2000)
-    data = processed.build(raw, tmp_path / "p", settings)
+    data = processed_build.build(raw, tmp_path / "p", settings)
     assert data.runs["included"].all()
     assert set(data.summary["kind"]) == {"pair", "aa"}
     assert set(data.summary["candidate"]) == {"kvqueue:floor", "kvqueue#2"}
     # QUICK = 2 processes: far too few for a CI, so no verdict is claimed.
     assert set(data.summary["verdict"]) == {"inconclusive"}
-    # A QUICK run is never a headline run (kvqueue.analysis.ab.headline_runs): it stays in
+    # A QUICK run is never a headline run (kvqueue.ab.ab_analysis.headline_runs): it stays in
     # the processed tables, named in the runs table, outside the headline tables.
     run = data.runs.iloc[0]
     assert run["protocol"] == "quick (smoke run)" and not bool(run["headline"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvqueue.params import bench as bench_params
+from kvqueue.params import bench_params
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

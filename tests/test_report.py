@@ -24,7 +24,8 @@ import pytest
 from synthetic import write_fixture, write_hosts
 
 from kvqueue import __main__ as cli
-from kvqueue.report import ab_tables, figures, sections
+from kvqueue.ab import ab_tables
+from kvqueue.report import figures, sections
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "report.ipynb"
 PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} | {
@@ -159,7 +160,7 @@ def test_html_has_tables_figures_and_no_code(rendered: Path) -> None:
     for spec in figures.FIGURES.values():  # every figure carries its alt text
         assert f'alt="{spec.alt}"' in html
     # Code cells are hidden, and nothing is loaded from the network.
-    assert "processed.ensure(" not in html and "import " not in html
+    assert "processed_build.ensure(" not in html and "import " not in html
     assert "<script src=" not in html
     # The answer comes first: summary, forest plot, then the tables; runs last.
     order = [html.index(f'id="{key}"') for key in ("summary", "forest", "results", "runs")]

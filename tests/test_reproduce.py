@@ -11,10 +11,9 @@ from pathlib import Path
 from synthetic import write_fixture
 
 from kvqueue import schema
-from kvqueue.params import bench as bench_params
-from kvqueue.params import report as report_params
+from kvqueue.params import bench_params, report_params
 from kvqueue.params.spec import parse_value, spec_of
-from kvqueue.report import processed, prose
+from kvqueue.report import processed_build, prose
 
 FAST = report_params.ReportSettings(resamples=500)
 
@@ -71,7 +70,7 @@ def test_a_default_is_written_out_and_a_legacy_run_gets_its_behaviour() -> None:
 
 def test_reproduce_command_names_every_parameter(tmp_path: Path) -> None:
     write_fixture(tmp_path / "raw", tiny=True)
-    data = processed.build(tmp_path / "raw", tmp_path / "processed", FAST)
+    data = processed_build.build(tmp_path / "raw", tmp_path / "processed", FAST)
     text = prose.reproduce_commands(data)
     command = text.split("make bench", 1)[1].split("\n```")[0]
     words = shlex.split(command.replace("\\\n", " "))
@@ -85,7 +84,7 @@ def test_reproduce_command_names_every_parameter(tmp_path: Path) -> None:
 
 
 def test_policy_assignments_parse_back_to_the_recorded_run() -> None:
-    from kvqueue.params import policy as policy_params
+    from kvqueue.params import policy_params
 
     p = policy_params.from_text(
         {
@@ -118,7 +117,7 @@ def test_policy_assignments_parse_back_to_the_recorded_run() -> None:
 
 
 def test_history_assignments_keep_releases_and_newest_and_leave_what_it_chooses() -> None:
-    from kvqueue.params import history as history_params
+    from kvqueue.params import history_params
 
     bench = history_params.from_text({"host": "h", "processes": "5"})
     record = bench.record()
@@ -137,8 +136,8 @@ def test_history_assignments_keep_releases_and_newest_and_leave_what_it_chooses(
 
 
 def test_a_history_runs_newest_git_ref_is_pinned_to_its_commit() -> None:
-    from kvqueue.analysis import ledger
-    from kvqueue.params import history as history_params
+    from kvqueue.params import history_params
+    from kvqueue.rawdata import run_ledger
 
     bench = history_params.from_text({"host": "h"}).record()
     commit = "c" * 40
@@ -151,28 +150,28 @@ def test_a_history_runs_newest_git_ref_is_pinned_to_its_commit() -> None:
             {"source": "vllm==0.32.0", "resolved_path": "/cache/vllm-0.32.0.whl:vllm/x.py"},
         ],
     }
-    assert dict(ledger.make_command(meta)[2])["NEWEST"] == f"mine=git:/tmp/v@{commit}"
+    assert dict(run_ledger.make_command(meta)[2])["NEWEST"] == f"mine=git:/tmp/v@{commit}"
     # A class named after the source is kept (the pinned command times the same class).
     pinned = schema.pin_git_ref("git:/tmp/v@mine::MyQueue", commit)
     assert pinned == f"git:/tmp/v@{commit}::MyQueue"
     assert schema.pin_git_ref("vllm==0.32.0::Q", commit) == "vllm==0.32.0::Q"
     # Without a recorded commit the ref stays as given.
     meta["variants"] = meta["variants"][1:]
-    assert dict(ledger.make_command(meta)[2])["NEWEST"] == "mine=git:/tmp/v@mine"
+    assert dict(run_ledger.make_command(meta)[2])["NEWEST"] == "mine=git:/tmp/v@mine"
 
 
 def test_ledger_names_the_command_of_every_kind() -> None:
-    from kvqueue.analysis import ledger
-    from kvqueue.params import policy as policy_params
+    from kvqueue.params import policy_params
+    from kvqueue.rawdata import run_ledger
 
     exe = {"executable": "/opt/py/bin/python3"}
     policy = policy_params.from_text({"host": "h"}).record()
     steady = {"kind": "policy", "protocol": "steady-state-1", "python": exe}
-    target, python, args = ledger.make_command({**steady, "parameters": policy})
+    target, python, args = run_ledger.make_command({**steady, "parameters": policy})
     assert (target, python) == ("policy", "/opt/py/bin/python3")
     assert dict(args)["REGIME"] == "chat"
     bench = bench_params.make_params(host="h", python=sys.executable).record()
-    assert ledger.make_command({"python": exe, "parameters": bench})[0] == "bench"
+    assert run_ledger.make_command({"python": exe, "parameters": bench})[0] == "bench"
     counted = {
         "kind": "counts",
         "question": "history",
@@ -180,7 +179,7 @@ def test_ledger_names_the_command_of_every_kind() -> None:
         "parameters": bench,
         "history": {"releases_given": False},
     }
-    assert ledger.make_command(counted)[0] == "history"
-    assert ledger.make_command({"kind": "policy"}) == ("", "", [])
+    assert run_ledger.make_command(counted)[0] == "history"
+    assert run_ledger.make_command({"kind": "policy"}) == ("", "", [])
     # A run of the older policy protocol cannot be repeated by today's make policy.
-    assert ledger.make_command({"kind": "policy", "parameters": policy})[0] == ""
+    assert run_ledger.make_command({"kind": "policy", "parameters": policy})[0] == ""

@@ -1,4 +1,4 @@
-"""One run record (``runrecord.RunRecord``), one run-folder writer (``runfiles.RunWriter``)
+"""One run record (``runrecord.RunRecord``), one run-folder writer (``run_folder.RunWriter``)
 and run ids named by kind, for every kind of run: bench, history and policy.
 
 Fast: nothing here starts a process. The committed raw data is the reference for the
@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import synthetic
 
 from kvqueue import hostinfo, runrecord, schema
-from kvqueue.analysis import rawdata
-from kvqueue.bench import runfiles
 from kvqueue.errors import BenchError
-from kvqueue.params import policy as policy_params
-from kvqueue.policy import analyze as policy_analyze
-from kvqueue.policy import collect as policy_collect
+from kvqueue.measure import run_folder
+from kvqueue.params import policy_params
+from kvqueue.policy import policy_collect
+from kvqueue.rawdata import raw_reader
 
 RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
 #: policy.csv's name and columns, as the policy run's table writes them.
@@ -116,10 +116,10 @@ def test_the_record_is_copied_and_refuses_what_it_cannot_place() -> None:
 
 
 def test_start_record_fills_what_every_kind_shares(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runfiles, "now", lambda: "T0")
+    monkeypatch.setattr(run_folder, "now", lambda: "T0")
     monkeypatch.setattr(hostinfo, "machine_info", lambda: {"hostname": "m"})
     monkeypatch.setattr(hostinfo, "project_info", lambda: {"commit": "c"})
-    rec = runfiles.start_record(
+    rec = run_folder.start_record(
         schema.KIND_POLICY,
         "r1",
         "h",
@@ -155,8 +155,8 @@ def test_named_and_old_run_folders_are_both_read(tmp_path: Path) -> None:
         folder = schema.run_path(tmp_path, "h", run_id)
         folder.mkdir(parents=True)
         (folder / schema.RUN_JSON).write_text(runrecord.run_json_text({"run_id": run_id}))
-        assert runfiles.read_run_json(folder) == {"run_id": run_id}
-    found = [p.name for p in rawdata.run_dirs(tmp_path)]
+        assert run_folder.read_run_json(folder) == {"run_id": run_id}
+    found = [p.name for p in raw_reader.run_dirs(tmp_path)]
     assert sorted(found) == ["20261201T120000Z-cp311-ab12", "20261201T120000Z-history-cp311-ab12"]
 
 
@@ -166,12 +166,12 @@ def test_named_and_old_run_folders_are_both_read(tmp_path: Path) -> None:
 def _sealed(run_dir: Path, name: str) -> dict[str, Any]:
     record = json.loads((run_dir / schema.RUN_JSON).read_text("utf-8"))
     data = (run_dir / name).read_bytes()
-    assert record[schema.FILES_KEY][name]["sha256"] == runfiles.sha256_bytes(data)
+    assert record[schema.FILES_KEY][name]["sha256"] == run_folder.sha256_bytes(data)
     return record
 
 
 def test_one_writer_serves_samples_and_policy_rows(tmp_path: Path) -> None:
-    bench = runfiles.create_run(tmp_path, _record(schema.KIND_BENCH), runfiles.SAMPLES)
+    bench = run_folder.create_run(tmp_path, _record(schema.KIND_BENCH), run_folder.SAMPLES)
     sample = ["alloc1", 64, "a", 0, 0, 10, 1, 1000, 100.0, 0]
     bench.add_process("main", 1, [sample], {"process": 1})
     record = _sealed(bench.dir, schema.SAMPLES_CSV)
@@ -181,7 +181,7 @@ def test_one_writer_serves_samples_and_policy_rows(tmp_path: Path) -> None:
     assert lines == [",".join(schema.SAMPLE_COLUMNS), "1,main,alloc1,64,a,0,0,10,1,1000,100.000,0"]
 
     policy_rec = _record(schema.KIND_POLICY, {"workload": {}, "policies": ["lru"]})
-    policy = runfiles.create_run(
+    policy = run_folder.create_run(
         tmp_path,
         runrecord.RunRecord(**{**policy_rec.__dict__, "host": "p"}),
         policy_collect.POLICY_TABLE,
@@ -199,10 +199,10 @@ def test_one_writer_serves_samples_and_policy_rows(tmp_path: Path) -> None:
 
 
 def test_a_run_folder_is_created_once(tmp_path: Path) -> None:
-    first = runfiles.create_run(tmp_path, _record(schema.KIND_BENCH), runfiles.SAMPLES)
+    first = run_folder.create_run(tmp_path, _record(schema.KIND_BENCH), run_folder.SAMPLES)
     before = {p.name: p.read_bytes() for p in first.dir.iterdir()}
     with pytest.raises(BenchError, match="exists already"):
-        runfiles.create_run(tmp_path, _record(schema.KIND_BENCH), runfiles.SAMPLES)
+        run_folder.create_run(tmp_path, _record(schema.KIND_BENCH), run_folder.SAMPLES)
     assert {p.name: p.read_bytes() for p in first.dir.iterdir()} == before
 
 
@@ -231,5 +231,5 @@ def test_a_policy_run_writes_a_named_sealed_folder_the_report_reads(
     record = _sealed(run_dir, POLICY_CSV)
     assert next(iter(record)) == "kind" and record["status"] == "complete"
     assert record["processes_completed"] == {"main": 2, "confirm": 0}
-    (run,) = policy_analyze.read_policy_runs(tmp_path / "raw")
+    (run,) = synthetic.policy_runs(tmp_path / "raw")
     assert run["altered"] is None and run["rows"] is not None

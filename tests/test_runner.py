@@ -29,9 +29,9 @@ from benchutil import (
 )
 
 from kvqueue import schema
-from kvqueue.bench import runner
 from kvqueue.errors import BenchError, BenchInputError
-from kvqueue.params import bench as bench_params
+from kvqueue.measure import runner
+from kvqueue.params import bench_params
 
 #: Every test here starts worker, gate or CLI processes.
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The precision target's two-stage design (``kvqueue.bench.sizing``) and its use by the runner."""
+"""The precision target's two-stage design (``kvqueue.measure.process_sizing``) and its use by the
+runner."""
 
 from __future__ import annotations
 
@@ -9,24 +10,23 @@ import sys
 import pytest
 from scipy import stats as sps
 
-from kvqueue.analysis import rawdata
-from kvqueue.bench import runner, sizing
-from kvqueue.history import sizing as history_sizing
-from kvqueue.params import bench as bench_params
-from kvqueue.params import report as report_params
+from kvqueue.history import history_sizing
+from kvqueue.measure import process_sizing, runner
+from kvqueue.params import bench_params, report_params
+from kvqueue.rawdata import raw_reader
 
 
 @pytest.mark.parametrize("df", [3, 5, 10, 20, 40, 100])
 def test_t_quantile_is_close_to_scipys(df: int) -> None:
-    assert sizing.t975(df) == pytest.approx(sps.t.ppf(0.975, df), rel=3e-3)
+    assert process_sizing.t975(df) == pytest.approx(sps.t.ppf(0.975, df), rel=3e-3)
 
 
 def test_required_n_reaches_the_half_width() -> None:
     sd, half = 0.02, math.log1p(0.005)
-    n = sizing.required_n(sd, half)
-    assert sizing.t975(n - 1) * sd / math.sqrt(n) <= half
-    assert sizing.t975(n - 2) * sd / math.sqrt(n - 1) > half
-    assert sizing.required_n(0.0, half, floor=11) == 11
+    n = process_sizing.required_n(sd, half)
+    assert process_sizing.t975(n - 1) * sd / math.sqrt(n) <= half
+    assert process_sizing.t975(n - 2) * sd / math.sqrt(n - 1) > half
+    assert process_sizing.required_n(0.0, half, floor=11) == 11
 
 
 def _rows(sd: float, processes: int, seed: int = 1) -> list[list[object]]:
@@ -41,10 +41,10 @@ def _rows(sd: float, processes: int, seed: int = 1) -> list[list[object]]:
     return rows
 
 
-def _size(rows: list, **caps: float) -> sizing.Sizing:
+def _size(rows: list, **caps: float) -> process_sizing.Sizing:
     values = {"max_processes": 41, "max_minutes": 5.0, "seconds_per_process": 1.0}
     values |= caps
-    return sizing.size_run(
+    return process_sizing.size_run(
         rows,
         ["a", "b"],
         [],
@@ -84,7 +84,7 @@ def test_only_the_reports_comparisons_are_sized() -> None:
     for pr in range(1, 12):
         for variant, ns in (("a", 100.0), ("b", 80.0), ("c", 60.0 + pr), ("a#2", 100.0)):
             rows.append([pr, "main", "alloc1", 2048, variant, 0, 0, 1, 1, 1, ns, 0])
-    s = sizing.size_run(
+    s = process_sizing.size_run(
         rows,
         ["a", "b", "c", "a#2"],
         ["c"],
@@ -109,7 +109,7 @@ def test_the_caps_bind_and_say_which() -> None:
 
 
 def test_no_target_means_the_pilot_is_the_run() -> None:
-    s = sizing.size_run(
+    s = process_sizing.size_run(
         _rows(0.05, 11),
         ["a", "b"],
         [],
@@ -142,7 +142,7 @@ def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
         precision=0.01,  # unreachable with 1 ms samples: capped at max_processes
     )
     run_dir = runner.run_bench(p, tmp_path)
-    run = rawdata.read_run(run_dir)
+    run = raw_reader.read_run(run_dir)
     meta = run.meta
     assert meta["sizing"]["pilot"] == 6 and meta["sizing"]["planned"] == 8
     assert meta["sizing"]["capped_by"] == "max_processes"
@@ -154,7 +154,7 @@ def test_the_runner_runs_the_second_stage_and_records_it(tmp_path) -> None:
 
 def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_MINUTES covers the whole command: the CLI leaves its start time behind."""
-    from kvqueue.bench import runner
+    from kvqueue.measure import runner
 
     monkeypatch.setenv(bench_params.BUDGET_START_ENV, "1000.0")
     assert runner._seconds_since_launch(now=1025.5) == 25.5
@@ -179,19 +179,19 @@ def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
     assert pairs == (("c", "b"), ("b", "a")) and cases == ("alloc1", "alloc8")
     assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8"]}}) == (
         report_params.DEFAULT_PAIRS,
-        sizing.HEADLINE_CASES,
+        process_sizing.HEADLINE_CASES,
     )
     # The runner sniffs no kind: a bench run is sized for the bench's targets whatever
-    # its record says; a history passes its own (kvqueue.history.collect.run_history).
+    # its record says; a history passes its own (kvqueue.history.history_collect.run_history).
     assert runner.BENCH.sizing_targets(record) == (
         report_params.DEFAULT_PAIRS,
-        sizing.HEADLINE_CASES,
+        process_sizing.HEADLINE_CASES,
     )
     rows = []
     for pr in range(1, 12):
         for variant, ns in (("c", 50.0 + pr), ("b", 80.0), ("a", 100.0)):
             rows.append([pr, "main", "alloc8", 2048, variant, 0, 0, 1, 1, 1, ns, 0])
-    s = sizing.size_run(
+    s = process_sizing.size_run(
         rows,
         ["c", "b", "a"],
         [],

@@ -1,4 +1,4 @@
-"""Statistics (kvqueue.analysis.stats) on synthetic data with a known truth."""
+"""Statistics (kvqueue.stats.paired_stats) on synthetic data with a known truth."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvqueue.analysis import simulation, stats
-from kvqueue.params import report as report_params
+from kvqueue.params import report_params
+from kvqueue.stats import paired_stats
+from methods import simulation
 
 CELL = ["case", "pool"]
 
@@ -44,9 +45,9 @@ def make_samples(
 
 
 def summarize(samples: pd.DataFrame, cand: str, base: str, **kw: object) -> dict:
-    med = stats.process_medians(samples, CELL)
-    ratios = stats.paired_ratios(med, cand, base, CELL)
-    return stats.summarize_pair(ratios, med, **kw)  # type: ignore[arg-type]
+    med = paired_stats.process_medians(samples, CELL)
+    ratios = paired_stats.paired_ratios(med, cand, base, CELL)
+    return paired_stats.summarize_pair(ratios, med, **kw)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,26 +56,26 @@ def summarize(samples: pd.DataFrame, cand: str, base: str, **kw: object) -> dict
 
 def test_process_medians_and_exact_ratio_without_noise() -> None:
     df = make_samples({"A": 1.0, "B": 0.8}, noise=0.0, process_noise=0.2)
-    med = stats.process_medians(df, CELL)
+    med = paired_stats.process_medians(df, CELL)
     assert set(med.columns) >= {"median_ns", "mean_ns", "cv", "n_samples"}
     assert (med["n_samples"] == 9).all()
     assert np.allclose(med["cv"], 0.0, atol=1e-12)
-    ratios = stats.paired_ratios(med, "B", "A", CELL)
+    ratios = paired_stats.paired_ratios(med, "B", "A", CELL)
     assert len(ratios) == 11
     assert np.allclose(ratios["ratio"], 0.8)
-    row = stats.summarize_pair(ratios, med)
+    row = paired_stats.summarize_pair(ratios, med)
     # Every process has ratio 0.8 exactly: the bootstrap distribution is a point.
     assert row["reduction"] == pytest.approx(0.2)
     assert row["ci_low"] == pytest.approx(0.2) and row["ci_high"] == pytest.approx(0.2)
     assert row["share_faster"] == 1.0
-    assert row["verdict"] == stats.FASTER
+    assert row["verdict"] == paired_stats.FASTER
 
 
 def test_paired_ratios_pair_inside_processes_only() -> None:
     df = make_samples({"A": 1.0, "B": 0.9}, processes=5)
     df = df[~((df["variant"] == "B") & (df["process"] == 3))]  # B missing in process 3
-    med = stats.process_medians(df, CELL)
-    ratios = stats.paired_ratios(med, "B", "A", CELL)
+    med = paired_stats.process_medians(df, CELL)
+    ratios = paired_stats.paired_ratios(med, "B", "A", CELL)
     assert list(ratios["process"]) == [1, 2, 4, 5]
     assert list(ratios.columns[:4]) == ["case", "pool", "candidate", "baseline"]
 
@@ -82,8 +83,8 @@ def test_paired_ratios_pair_inside_processes_only() -> None:
 def test_independent_medians_use_all_processes_of_each_variant() -> None:
     df = make_samples({"A": 1.0, "B": 0.5}, noise=0.0, process_noise=0.0, processes=4)
     df = df[~((df["variant"] == "B") & (df["process"] == 4))]
-    med = stats.process_medians(df, CELL)
-    row = stats.summarize_pair(stats.paired_ratios(med, "B", "A", CELL), med)
+    med = paired_stats.process_medians(df, CELL)
+    row = paired_stats.summarize_pair(paired_stats.paired_ratios(med, "B", "A", CELL), med)
     assert row["baseline_ns"] == pytest.approx(100.0)
     assert row["candidate_ns"] == pytest.approx(50.0)
     assert row["n_processes"] == 3
@@ -118,10 +119,10 @@ def test_estimate_recovers_known_ratio() -> None:
     b = summarize(df, "B", "A")
     assert b["reduction"] == pytest.approx(0.2, abs=0.01)
     assert b["ci_low"] <= 0.2 <= b["ci_high"]
-    assert b["ci_method"] == stats.CI_METHOD
+    assert b["ci_method"] == paired_stats.CI_METHOD
     c = summarize(df, "C", "A")
     assert c["reduction"] == pytest.approx(1 - 1.03, abs=0.01)
-    assert c["verdict"] == stats.SLOWER
+    assert c["verdict"] == paired_stats.SLOWER
     # The former interval is still available by name; the estimate does not change.
     old = summarize(df, "B", "A", method="percentile", resamples=2000)
     assert old["ci_method"] == "percentile"
@@ -129,15 +130,15 @@ def test_estimate_recovers_known_ratio() -> None:
 
 
 def test_report_defaults() -> None:
-    assert stats.DEFAULT_RESAMPLES >= 10_000
-    est = stats.reduction_interval(np.linspace(0.78, 0.82, 11))
-    assert est.method == stats.CI_METHOD == "hettmansperger-sheather"
+    assert paired_stats.DEFAULT_RESAMPLES >= 10_000
+    est = paired_stats.reduction_interval(np.linspace(0.78, 0.82, 11))
+    assert est.method == paired_stats.CI_METHOD == "hettmansperger-sheather"
     assert est.resamples == 0  # the order-statistic interval does not resample
     assert est.confidence == 0.95
-    boot = stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="percentile")
+    boot = paired_stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="percentile")
     assert boot.method == "percentile" and boot.resamples >= 10_000
     # The report's setting names a method this module knows (today or after the switch).
-    assert report_params.ReportSettings().method in stats.METHODS
+    assert report_params.ReportSettings().method in paired_stats.METHODS
 
 
 @pytest.mark.parametrize(
@@ -151,43 +152,43 @@ def test_report_defaults() -> None:
     ],
 )
 def test_order_statistic_ranks(n: int, k: int, lam: float) -> None:
-    got_k, got_lam = stats.order_statistic_ranks(n, 0.95)
+    got_k, got_lam = paired_stats.order_statistic_ranks(n, 0.95)
     assert got_k == k
     assert got_lam == pytest.approx(lam, abs=1e-6)
 
 
 def test_order_statistic_interval_by_hand() -> None:
     x = np.arange(1.0, 12.0)  # 1..11: k = 2, bounds between x_(2)=2 / x_(3)=3 and 9 / 10
-    est = stats.order_statistic_interval(x[::-1])
-    _, lam = stats.order_statistic_ranks(11, 0.95)
+    est = paired_stats.order_statistic_interval(x[::-1])
+    _, lam = paired_stats.order_statistic_ranks(11, 0.95)
     assert est.estimate == 6.0
     assert est.low == pytest.approx(2 + lam) and est.high == pytest.approx(10 - lam)
-    red = stats.reduction_interval(x / 10)
+    red = paired_stats.reduction_interval(x / 10)
     assert red.estimate == pytest.approx(0.4)
     assert red.low == pytest.approx(1 - (10 - lam) / 10)
     assert red.high == pytest.approx(1 - (2 + lam) / 10)
     # Equivariant: the interval of 1 - r is 1 - (the interval of r), bounds swapped.
-    assert stats.order_statistic_interval(1 - x / 10).low == pytest.approx(red.low)
+    assert paired_stats.order_statistic_interval(1 - x / 10).low == pytest.approx(red.low)
 
 
 def test_unknown_method_is_refused_and_bootstrap_mapping() -> None:
     with pytest.raises(ValueError, match="unknown CI method"):
-        stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="nonsense")
-    assert stats.bootstrap_method(stats.ORDER_STATISTIC) == "percentile"
-    assert stats.bootstrap_method("BCa") == "BCa"
+        paired_stats.reduction_interval(np.linspace(0.78, 0.82, 11), method="nonsense")
+    assert paired_stats.bootstrap_method(paired_stats.ORDER_STATISTIC) == "percentile"
+    assert paired_stats.bootstrap_method("BCa") == "BCa"
     with pytest.raises(ValueError):
-        stats.bootstrap_method("nonsense")
+        paired_stats.bootstrap_method("nonsense")
 
 
 def _reduction_coverage(law: str, reps: int, n: int = 11, seed: int = 20261129) -> float:
-    """Coverage of the report's interval (stats.reduction_interval, default method) on
+    """Coverage of the report's interval (paired_stats.reduction_interval, default method) on
     ``reps`` simulated cells of ``n`` processes (true reduction 20 %)."""
     model = simulation.CellModel()
     log_r = simulation.simulate_log_ratios(law, n, reps, np.random.default_rng(seed), model)
     truth = -math.expm1(model.effect)
     hits = 0
     for row in np.exp(log_r):
-        est = stats.reduction_interval(row)
+        est = paired_stats.reduction_interval(row)
         hits += est.low <= truth <= est.high
     return hits / reps
 
@@ -201,10 +202,10 @@ def test_coverage_of_the_95_percent_ci_with_11_processes(law: str) -> None:
     Each cell: 11 processes, per-process log ratio = log(0.8) + process effect (SD
     1.5 %: Gaussian, Student-t(3) or 10 % contaminated with 4x the SD) + the noise of
     two medians of 9 lognormal samples (2 %) timed at shuffled positions with an order
-    effect of 0.5 % per position (kvqueue.analysis.simulation.simulate_log_ratios).
+    effect of 0.5 % per position (methods.simulation.simulate_log_ratios).
     """
     cov = _reduction_coverage(law, reps=20_000)
-    print(f"coverage of the {stats.CI_METHOD} 95% CI, 11 processes, {law}: {cov:.3f}")
+    print(f"coverage of the {paired_stats.CI_METHOD} 95% CI, 11 processes, {law}: {cov:.3f}")
     assert 0.94 <= cov <= 0.97
 
 
@@ -232,12 +233,12 @@ def test_the_former_percentile_bootstrap_undercovers() -> None:
 
 def test_bootstrap_is_deterministic_and_handles_small_n() -> None:
     r = np.array([0.81, 0.79, 0.83, 0.8, 0.78, 0.82, 0.8])
-    a = stats.reduction_interval(r, seed=5)
-    b = stats.reduction_interval(r, seed=5)
+    a = paired_stats.reduction_interval(r, seed=5)
+    b = paired_stats.reduction_interval(r, seed=5)
     assert a == b
-    one = stats.reduction_interval([0.8])
+    one = paired_stats.reduction_interval([0.8])
     assert one.estimate == pytest.approx(0.2) and math.isnan(one.low) and math.isnan(one.high)
-    assert stats.verdict(one.low, one.high) == stats.INCONCLUSIVE
+    assert paired_stats.verdict(one.low, one.high) == paired_stats.INCONCLUSIVE
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,21 +262,21 @@ def test_bootstrap_is_deterministic_and_handles_small_n() -> None:
     ],
 )
 def test_verdict_on_constructed_cis(low: float, high: float, expected: str) -> None:
-    assert stats.verdict(low, high, delta=0.01) == expected
+    assert paired_stats.verdict(low, high, delta=0.01) == expected
 
 
 def test_verdict_band_is_a_parameter() -> None:
-    assert stats.verdict(0.002, 0.015, delta=0.02) == "no change within ±2%"
-    assert stats.verdict(0.001, 0.004, delta=0.005) == "no change within ±0.5%"
+    assert paired_stats.verdict(0.002, 0.015, delta=0.02) == "no change within ±2%"
+    assert paired_stats.verdict(0.001, 0.004, delta=0.005) == "no change within ±0.5%"
 
 
 def test_verdict_never_from_the_point_estimate_alone() -> None:
     # Large point estimate, wide noisy CI through 0: not "faster".
     ratios = np.array([0.6, 0.65, 0.7, 1.2, 1.3, 0.62, 1.25, 0.68, 1.22, 0.66, 1.28])
-    est = stats.reduction_interval(ratios)
+    est = paired_stats.reduction_interval(ratios)
     assert est.estimate > 0.25
     assert est.low < 0 < est.high
-    assert stats.verdict(est.low, est.high) == stats.INCONCLUSIVE
+    assert paired_stats.verdict(est.low, est.high) == paired_stats.INCONCLUSIVE
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,18 +301,18 @@ def test_aa_ci_contains_zero_in_most_experiments() -> None:
 
 def test_order_effect_recovers_known_slope() -> None:
     df = make_samples({"A": 1.0, "B": 0.8, "C": 0.7, "D": 0.6}, order_effect=0.01, seed=4)
-    est = stats.order_effect(df)
+    est = paired_stats.order_effect(df)
     # Time grows 1 % per position: last (3) vs first (0) is about +3 %.
     assert est.estimate == pytest.approx(0.03, abs=0.006)
     assert est.low > 0
     # The order effect keeps the bootstrap whatever the reductions' interval is.
-    assert est.method == "percentile" and est.resamples == stats.DEFAULT_RESAMPLES
-    assert stats.order_effect(df, method="BCa", resamples=500).method == "BCa"
+    assert est.method == "percentile" and est.resamples == paired_stats.DEFAULT_RESAMPLES
+    assert paired_stats.order_effect(df, method="BCa", resamples=500).method == "BCa"
 
 
 def test_order_effect_absent() -> None:
     df = make_samples({"A": 1.0, "B": 0.8, "C": 0.7}, seed=9)
-    est = stats.order_effect(df)
+    est = paired_stats.order_effect(df)
     assert est.low <= 0.0 <= est.high
     assert abs(est.estimate) < 0.01
 
@@ -324,29 +325,31 @@ def test_position_slopes_ignore_variant_levels() -> None:
             rows.append((p, "A", 0, 100.0 + s * 0.0))
             rows.append((p, "B", 1, 200.0))
     df = pd.DataFrame(rows, columns=["process", "variant", "order_position", "ns_per_cycle"])
-    assert stats.position_slopes(df).empty  # positions never vary within a variant
+    assert paired_stats.position_slopes(df).empty  # positions never vary within a variant
 
 
 def test_gap_closed_known_value() -> None:
     df = make_samples({"old": 1.0, "new": 0.8, "ours": 0.7, "floor": 0.6}, seed=2)
-    med = stats.process_medians(df, CELL)
-    rc = stats.paired_ratios(med, "ours", "new", CELL)["ratio"].to_numpy()
-    rf = stats.paired_ratios(med, "floor", "new", CELL)["ratio"].to_numpy()
-    est = stats.gap_closed(rc, rf)
+    med = paired_stats.process_medians(df, CELL)
+    rc = paired_stats.paired_ratios(med, "ours", "new", CELL)["ratio"].to_numpy()
+    rf = paired_stats.paired_ratios(med, "floor", "new", CELL)["ratio"].to_numpy()
+    est = paired_stats.gap_closed(rc, rf)
     # (0.8 - 0.7) / (0.8 - 0.6) = 0.5
     assert est.estimate == pytest.approx(0.5, abs=0.05)
     assert est.low <= 0.5 <= est.high
     assert est.method == "percentile"
     # The estimate is the ratio of the two reductions the report shows.
-    ratio = stats.reduction_interval(rc).estimate / stats.reduction_interval(rf).estimate
+    ratio = (
+        paired_stats.reduction_interval(rc).estimate / paired_stats.reduction_interval(rf).estimate
+    )
     assert est.estimate == pytest.approx(ratio)
 
 
 def test_no_interval_below_the_minimum_number_of_processes() -> None:
     # 5 processes: even [min, max] covers the median only 1 - 2/2**5 = 93.75 % of the time.
-    few = stats.reduction_interval([0.80, 0.81, 0.79, 0.82, 0.78])
+    few = paired_stats.reduction_interval([0.80, 0.81, 0.79, 0.82, 0.78])
     assert few.estimate == pytest.approx(0.2)
     assert math.isnan(few.low) and math.isnan(few.high)
-    assert stats.verdict(few.low, few.high) == stats.INCONCLUSIVE
-    enough = stats.reduction_interval([0.80, 0.81, 0.79, 0.82, 0.78, 0.80])
+    assert paired_stats.verdict(few.low, few.high) == paired_stats.INCONCLUSIVE
+    enough = paired_stats.reduction_interval([0.80, 0.81, 0.79, 0.82, 0.78, 0.80])
     assert enough.low <= 0.2 <= enough.high

@@ -34,7 +34,7 @@ from typing import ClassVar
 import digests
 import pytest
 
-from kvqueue.sources import cache, errors, fetch, index, loader
+from kvqueue.sources import fetch_errors, loader, package_index, release_cache, release_fetch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_PROXY")
@@ -129,7 +129,7 @@ def release(fake_index: FakeIndex, good_text: str) -> Callable[..., Path]:
     """Factory: put a wheel of ``version`` holding the fixture queue on the fake index."""
 
     def add(version: str = "9.9.9", **kwargs: str) -> Path:
-        return fake_index.add_wheel(version, {cache.MEMBER: good_text}, **kwargs)
+        return fake_index.add_wheel(version, {release_cache.MEMBER: good_text}, **kwargs)
 
     return add
 
@@ -140,8 +140,8 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the network must not be used")
 
-    monkeypatch.setattr(index, "_fetch_listing", refuse)
-    monkeypatch.setattr(fetch, "_download", refuse)
+    monkeypatch.setattr(package_index, "_fetch_listing", refuse)
+    monkeypatch.setattr(release_fetch, "_download", refuse)
 
 
 def assert_one_line(exc: BaseException, *fragments: str) -> str:
@@ -153,10 +153,10 @@ def assert_one_line(exc: BaseException, *fragments: str) -> str:
 
 
 def assert_nothing_cached(version: str) -> None:
-    folder = cache.cached_path(version).parent
+    folder = release_cache.cached_path(version).parent
     assert not folder.exists() or list(folder.iterdir()) == []
     # No wheel nor temporary folder is left behind either.
-    assert glob.glob(str(cache.cache_dir() / "kvqueue-wheel-*")) == []
+    assert glob.glob(str(release_cache.cache_dir() / "kvqueue-wheel-*")) == []
 
 
 # ------------------------------------------------------------------------ cache
@@ -164,9 +164,14 @@ def assert_nothing_cached(version: str) -> None:
 
 def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cache.cache_dir() == tmp_path / "kvqueue"
-    assert cache.cached_path("0.32.0") == tmp_path / "kvqueue" / "vllm-0.32.0" / "kv_cache_utils.py"
-    assert cache.record_path("0.32.0") == tmp_path / "kvqueue" / "vllm-0.32.0" / "record.json"
+    assert release_cache.cache_dir() == tmp_path / "kvqueue"
+    assert (
+        release_cache.cached_path("0.32.0")
+        == tmp_path / "kvqueue" / "vllm-0.32.0" / "kv_cache_utils.py"
+    )
+    assert (
+        release_cache.record_path("0.32.0") == tmp_path / "kvqueue" / "vllm-0.32.0" / "record.json"
+    )
 
 
 @pytest.mark.parametrize("xdg", [None, ""])
@@ -176,7 +181,7 @@ def test_cache_dir_defaults_to_home(monkeypatch, tmp_path, xdg):
         monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     else:
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
-    assert cache.cache_dir() == tmp_path / ".cache" / "kvqueue"
+    assert release_cache.cache_dir() == tmp_path / ".cache" / "kvqueue"
 
 
 # ---------------------------------------------------------------- fetch (offline)
@@ -184,21 +189,21 @@ def test_cache_dir_defaults_to_home(monkeypatch, tmp_path, xdg):
 
 def test_fetch_extracts_one_member_and_records_it(release, monkeypatch, good_text):
     wheel = release("9.9.9", platform="manylinux_2_35_x86_64")
-    path = fetch.fetch_release("9.9.9")
-    assert path == cache.cached_path("9.9.9")
+    path = release_fetch.fetch_release("9.9.9")
+    assert path == release_cache.cached_path("9.9.9")
     assert path.read_text() == good_text
     # Only the file and its record are kept: no wheel, no temporary folder, no partial.
     assert sorted(p.name for p in path.parent.iterdir()) == ["kv_cache_utils.py", "record.json"]
-    assert sorted(p.name for p in cache.cache_dir().iterdir()) == ["vllm-9.9.9"]
-    data = json.loads(cache.record_path("9.9.9").read_text())
+    assert sorted(p.name for p in release_cache.cache_dir().iterdir()) == ["vllm-9.9.9"]
+    data = json.loads(release_cache.record_path("9.9.9").read_text())
     assert data == {
         "format": 2,
-        "member": cache.MEMBER,
+        "member": release_cache.MEMBER,
         "vllm_version": "9.9.9",
-        "file_sha256": cache.sha256_file(path),
+        "file_sha256": release_cache.sha256_file(path),
         "file_size": path.stat().st_size,
         "wheel": wheel.name,
-        "wheel_sha256": cache.sha256_file(wheel),
+        "wheel_sha256": release_cache.sha256_file(wheel),
         "wheel_sha256_from_index": True,
         "fetched_at": data["fetched_at"],
         # A file: location is never read by ranges: the whole wheel was checked.
@@ -206,11 +211,11 @@ def test_fetch_extracts_one_member_and_records_it(release, monkeypatch, good_tex
         "verified": ["wheel sha256 = the index's"],
     }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["fetched_at"])
-    record = cache.read_record("9.9.9")
+    record = release_cache.read_record("9.9.9")
     assert record is not None and record.to_json() == data
     # The second use reads the cache, checks it and never touches the network.
     no_network(monkeypatch)
-    assert fetch.fetch_release("9.9.9") == path
+    assert release_fetch.fetch_release("9.9.9") == path
     assert loader.read_source("vllm==9.9.9").file_sha256 == data["file_sha256"]
 
 
@@ -219,7 +224,7 @@ def test_fetch_runs_under_a_bare_interpreter(release, good_text):
     release("9.9.9")
     code = (
         f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
-        "from kvqueue.sources import fetch; print(fetch.fetch_release('9.9.9'))"
+        "from kvqueue.sources import release_fetch; print(release_fetch.fetch_release('9.9.9'))"
     )
     proc = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60
@@ -230,12 +235,12 @@ def test_fetch_runs_under_a_bare_interpreter(release, good_text):
 
 def test_release_with_only_newer_manylinux_wheels(fake_index, good_text):
     """vLLM 0.12.0-0.21.x have only manylinux_2_31/2_35/2_24 wheels (pip's old tags missed them)."""
-    member = {cache.MEMBER: good_text}
+    member = {release_cache.MEMBER: good_text}
     fake_index.add_wheel("0.20.0", member, platform="manylinux_2_35_aarch64")
     chosen = fake_index.add_wheel("0.20.0", member, platform="manylinux_2_35_x86_64")
     fake_index.add("vllm-0.20.0.tar.gz", sdist_bytes("0.20.0", member))
-    fetch.fetch_release("0.20.0")
-    record = cache.read_record("0.20.0")
+    release_fetch.fetch_release("0.20.0")
+    record = release_cache.read_record("0.20.0")
     assert record is not None and record.wheel == chosen.name
 
 
@@ -301,18 +306,20 @@ def test_release_with_only_newer_manylinux_wheels(fake_index, good_text):
     ],
 )
 def test_choose_wheel(names, expected):
-    files = [index.IndexFile(filename=n, url=f"https://example.invalid/{n}") for n in names]
-    chosen = index.choose_wheel(files)
+    files = [package_index.IndexFile(filename=n, url=f"https://example.invalid/{n}") for n in names]
+    chosen = package_index.choose_wheel(files)
     assert (chosen.filename if chosen else None) == expected
     # The order of the listing does not matter: every host picks the same file.
-    assert index.choose_wheel(list(reversed(files))) == chosen
+    assert package_index.choose_wheel(list(reversed(files))) == chosen
 
 
 def test_choose_wheel_prefers_not_yanked():
-    yanked = index.IndexFile("vllm-1.0-cp310-cp310-manylinux1_x86_64.whl", "u1", yanked=True)
-    kept = index.IndexFile("vllm-1.0-cp311-cp311-manylinux1_x86_64.whl", "u2")
-    assert index.choose_wheel([yanked, kept]) == kept
-    assert index.choose_wheel([yanked]) == yanked  # an exact pin still takes it
+    yanked = package_index.IndexFile(
+        "vllm-1.0-cp310-cp310-manylinux1_x86_64.whl", "u1", yanked=True
+    )
+    kept = package_index.IndexFile("vllm-1.0-cp311-cp311-manylinux1_x86_64.whl", "u2")
+    assert package_index.choose_wheel([yanked, kept]) == kept
+    assert package_index.choose_wheel([yanked]) == yanked  # an exact pin still takes it
 
 
 @pytest.mark.parametrize(
@@ -329,31 +336,31 @@ def test_choose_wheel_prefers_not_yanked():
     ],
 )
 def test_file_version(name, version):
-    assert index.file_version(name) == version
+    assert package_index.file_version(name) == version
 
 
 def test_no_such_release(fake_index, release):
     release("9.9.8")
-    with pytest.raises(errors.ReleaseNotFound) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.ReleaseNotFound) as info:
+        release_fetch.fetch_release("9.9.9")
     assert str(info.value) == "vLLM release 9.9.9 does not exist on the package index"
     assert_nothing_cached("9.9.9")
 
 
 def test_index_without_the_project(fake_index):
     (fake_index.root / "simple").mkdir()
-    with pytest.raises(errors.ReleaseNotFound):
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.ReleaseNotFound):
+        release_fetch.fetch_release("9.9.9")
 
 
 def test_release_without_a_readable_wheel(fake_index, good_text):
-    member = {cache.MEMBER: good_text}
+    member = {release_cache.MEMBER: good_text}
     fake_index.add_wheel("9.9.9", member, platform="macosx_11_0_arm64")
     fake_index.add_wheel("9.9.9", member, platform="win_amd64")
     # Its sdist has the module, so the release is not "too old": it just has no wheel.
     fake_index.add("vllm-9.9.9.tar.gz", sdist_bytes("9.9.9", member))
-    with pytest.raises(errors.NoReadableWheel) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.NoReadableWheel) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(
         info.value,
         "vLLM release 9.9.9 exists on the package index but has no Linux x86_64/aarch64 wheel",
@@ -365,10 +372,10 @@ def test_release_without_a_readable_wheel(fake_index, good_text):
 def test_sdist_only_release_predates_the_module(fake_index):
     """vLLM 0.0.1-0.1.3 have only an sdist (< 100 kB): it shows the module is missing."""
     fake_index.add("vllm-0.1.0.tar.gz", sdist_bytes("0.1.0", {"vllm/__init__.py": ""}))
-    with pytest.raises(errors.ModuleMissing) as info:
-        fetch.fetch_release("0.1.0")
+    with pytest.raises(fetch_errors.ModuleMissing) as info:
+        release_fetch.fetch_release("0.1.0")
     assert str(info.value) == (
-        f"vLLM release 0.1.0 has no {cache.MEMBER} (not in vllm-0.1.0.tar.gz, its only "
+        f"vLLM release 0.1.0 has no {release_cache.MEMBER} (not in vllm-0.1.0.tar.gz, its only "
         "file on the index): it predates the module, too old for this benchmark"
     )
     assert_nothing_cached("0.1.0")
@@ -376,10 +383,10 @@ def test_sdist_only_release_predates_the_module(fake_index):
 
 def test_wheel_without_the_module(fake_index):
     wheel = fake_index.add_wheel("0.5.0", {"vllm/__init__.py": ""})
-    with pytest.raises(errors.ModuleMissing) as info:
-        fetch.fetch_release("0.5.0")
+    with pytest.raises(fetch_errors.ModuleMissing) as info:
+        release_fetch.fetch_release("0.5.0")
     assert str(info.value) == (
-        f"vLLM release 0.5.0 has no {cache.MEMBER} (not in {wheel.name}): "
+        f"vLLM release 0.5.0 has no {release_cache.MEMBER} (not in {wheel.name}): "
         "it predates the module, too old for this benchmark"
     )
     assert_nothing_cached("0.5.0")
@@ -387,8 +394,8 @@ def test_wheel_without_the_module(fake_index):
 
 def test_release_file_without_the_class(fake_index):
     """Fetching succeeds; the loader then says the release's file lacks the class."""
-    fake_index.add_wheel("0.6.0", {cache.MEMBER: "class SomethingElse:\n    pass\n"})
-    path = fetch.fetch_release("0.6.0")
+    fake_index.add_wheel("0.6.0", {release_cache.MEMBER: "class SomethingElse:\n    pass\n"})
+    path = release_fetch.fetch_release("0.6.0")
     with pytest.raises(loader.SourceError) as info:
         loader.read_source("vllm==0.6.0")
     assert str(info.value) == f"class FreeKVCacheBlockQueue not found in {path}"
@@ -396,11 +403,11 @@ def test_release_file_without_the_class(fake_index):
 
 def test_corrupt_download_is_refused(release):
     wheel = release("9.9.9", sha256="0" * 64)
-    with pytest.raises(errors.FetchError) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.FetchError) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(
         info.value,
-        f"downloaded {wheel.name} has sha256 {cache.sha256_file(wheel)}",
+        f"downloaded {wheel.name} has sha256 {release_cache.sha256_file(wheel)}",
         f"the index lists {'0' * 64}: the download is corrupt",
     )
     assert_nothing_cached("9.9.9")
@@ -408,8 +415,8 @@ def test_corrupt_download_is_refused(release):
 
 def test_unreadable_wheel(fake_index):
     wheel = fake_index.add("vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl", b"not a zip")
-    with pytest.raises(errors.NoReadableWheel) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.NoReadableWheel) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(info.value, f"vLLM release 9.9.9's wheel {wheel.name} cannot be read")
     assert_nothing_cached("9.9.9")
 
@@ -419,11 +426,11 @@ def test_download_failing_part_way(release, monkeypatch):
 
     def broken(net, file, dest):
         dest.write_bytes(b"PK\x03\x04 half a wheel")
-        raise errors.IndexUnreachable(f"cannot download {file.filename} (Connection reset)")
+        raise fetch_errors.IndexUnreachable(f"cannot download {file.filename} (Connection reset)")
 
-    monkeypatch.setattr(fetch, "_download", broken)
-    with pytest.raises(errors.IndexUnreachable) as info:
-        fetch.fetch_release("9.9.9")
+    monkeypatch.setattr(release_fetch, "_download", broken)
+    with pytest.raises(fetch_errors.IndexUnreachable) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(info.value, "cannot download vllm-9.9.9-", "(Connection reset)")
     assert_nothing_cached("9.9.9")
 
@@ -431,8 +438,8 @@ def test_download_failing_part_way(release, monkeypatch):
 def test_unreachable_index(empty_cache, monkeypatch):
     url = closed_port_url()
     use_index(monkeypatch, url)
-    with pytest.raises(errors.IndexUnreachable) as info:
-        fetch.fetch_release("0.32.7")
+    with pytest.raises(fetch_errors.IndexUnreachable) as info:
+        release_fetch.fetch_release("0.32.7")
     assert str(info.value) == (
         f"cannot reach the package index to fetch vllm==0.32.7 ({url}vllm/: Connection "
         f"refused), and it is not cached in {empty_cache}"
@@ -447,13 +454,13 @@ def test_find_links_folder_serves_when_the_index_is_unreachable(
     folder = tmp_path / "wheels"
     folder.mkdir()
     wheel = folder / "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl"
-    wheel.write_bytes(wheel_bytes({cache.MEMBER: good_text}))
+    wheel.write_bytes(wheel_bytes({release_cache.MEMBER: good_text}))
     (folder / "other-1.0-py3-none-any.whl").write_bytes(b"")
     use_index(monkeypatch, closed_port_url(), find_links=str(folder))
-    assert fetch.fetch_release("9.9.9").read_text() == good_text
-    record = cache.read_record("9.9.9")
+    assert release_fetch.fetch_release("9.9.9").read_text() == good_text
+    record = release_cache.read_record("9.9.9")
     assert record is not None
-    assert (record.wheel, record.wheel_sha256) == (wheel.name, cache.sha256_file(wheel))
+    assert (record.wheel, record.wheel_sha256) == (wheel.name, release_cache.sha256_file(wheel))
     assert record.wheel_sha256_from_index is False  # a folder lists no digests
     assert wheel.exists()  # a find-links file is read, never moved or deleted
 
@@ -498,7 +505,7 @@ def http_index(empty_cache, monkeypatch) -> Iterator[tuple[str, type[_Handler]]]
 @pytest.mark.parametrize("form", ["json", "html"])
 def test_http_index_in_both_forms(http_index, good_text, form):
     _, handler = http_index
-    data = wheel_bytes({cache.MEMBER: good_text})
+    data = wheel_bytes({release_cache.MEMBER: good_text})
     name = "vllm-9.9.9-cp38-abi3-manylinux_2_35_x86_64.whl"
     digest = hashlib.sha256(data).hexdigest()
     if form == "json":  # PEP 691, relative URL, as a mirror may serve it
@@ -515,8 +522,8 @@ def test_http_index_in_both_forms(http_index, good_text, form):
         link = f'<a href="/files/{name}#sha256={digest}">{name}</a>'
         listing = (200, "text/html", link.encode())
     handler.routes = {"/simple/vllm/": listing, f"/files/{name}": (200, "x", data)}
-    assert fetch.fetch_release("9.9.9").read_text() == good_text
-    record = cache.read_record("9.9.9")
+    assert release_fetch.fetch_release("9.9.9").read_text() == good_text
+    record = release_cache.read_record("9.9.9")
     assert record is not None and (record.wheel, record.wheel_sha256) == (name, digest)
     assert "application/vnd.pypi.simple.v1+json" in handler.seen[0]["Accept"]
 
@@ -524,8 +531,8 @@ def test_http_index_in_both_forms(http_index, good_text, form):
 def test_http_error_of_the_index(http_index):
     base, handler = http_index
     handler.routes = {"/simple/vllm/": (503, "text/plain", b"busy")}
-    with pytest.raises(errors.IndexUnreachable) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.IndexUnreachable) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(info.value, f"({base}/simple/vllm/: HTTP 503 Service Unavailable)")
 
 
@@ -533,8 +540,8 @@ def test_index_credentials_are_sent_but_never_printed(http_index, monkeypatch):
     base, handler = http_index
     monkeypatch.setenv("PIP_INDEX_URL", base.replace("//", "//kv:s3cret@") + "/simple/")
     handler.routes = {"/simple/vllm/": (503, "text/plain", b"busy")}
-    with pytest.raises(errors.IndexUnreachable) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.IndexUnreachable) as info:
+        release_fetch.fetch_release("9.9.9")
     assert "s3cret" not in str(info.value)
     assert handler.seen[0]["Authorization"] == "Basic " + base64.b64encode(b"kv:s3cret").decode()
 
@@ -560,7 +567,7 @@ def test_index_settings_read_like_pip(tmp_path):
     user.write_text("[global]\nindex-url = https://user.example/simple\n")
     env = {"PIP_CONFIG_FILE": str(config), "HOME": str(tmp_path / "home")}
     env["XDG_CONFIG_DIRS"] = str(tmp_path / "no-such-dir")
-    settings = index.index_settings(env)
+    settings = package_index.index_settings(env)
     # [download] overrides [global]; the user's file is skipped beside PIP_CONFIG_FILE.
     assert settings.index_urls == (
         "https://download.example/simple",
@@ -575,27 +582,27 @@ def test_index_settings_read_like_pip(tmp_path):
     )
     # Environment variables win over every file.
     env |= {"PIP_INDEX_URL": "https://env.example/simple", "PIP_DEFAULT_TIMEOUT": "7"}
-    settings = index.index_settings(env)
+    settings = package_index.index_settings(env)
     assert settings.index_urls[0] == "https://env.example/simple"
     assert settings.timeout == 7.0
-    assert index.index_settings({**env, "PIP_NO_INDEX": "yes"}).index_urls == ()
+    assert package_index.index_settings({**env, "PIP_NO_INDEX": "yes"}).index_urls == ()
 
 
 def test_no_pip_configuration_means_pips_default_index():
-    settings = index.index_settings({"PIP_CONFIG_FILE": os.devnull})
-    assert settings.index_urls == (index.DEFAULT_INDEX_URL,)
+    settings = package_index.index_settings({"PIP_CONFIG_FILE": os.devnull})
+    assert settings.index_urls == (package_index.DEFAULT_INDEX_URL,)
     assert (settings.find_links, settings.cert, settings.proxy) == ((), None, None)
     assert settings.timeout == 15.0
     env = {"PIP_CONFIG_FILE": os.devnull, "REQUESTS_CA_BUNDLE": "/srv/bundle.pem"}
-    assert index.index_settings(env).cert == "/srv/bundle.pem"
+    assert package_index.index_settings(env).cert == "/srv/bundle.pem"
 
 
 def test_broken_pip_configuration_is_one_line(tmp_path, empty_cache, monkeypatch):
     config = tmp_path / "pip.conf"
     config.write_text("index-url = no section header\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
-    with pytest.raises(errors.FetchError) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.FetchError) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(info.value, f"cannot read pip configuration {config}")
 
 
@@ -605,18 +612,21 @@ def test_broken_pip_configuration_is_one_line(tmp_path, empty_cache, monkeypatch
 def test_modified_cached_file_is_refused(release, monkeypatch, good_text):
     """The incident: a loop added to the cached file was measured under the release name."""
     wheel = release("9.9.9")
-    path = fetch.fetch_release("9.9.9")
-    expected = cache.sha256_file(path)
+    path = release_fetch.fetch_release("9.9.9")
+    expected = release_cache.sha256_file(path)
     path.write_text(good_text + "\nfor _ in range(10):\n    pass\n")
-    got = cache.sha256_file(path)
-    real = [(index, "_fetch_listing", index._fetch_listing), (fetch, "_download", fetch._download)]
+    got = release_cache.sha256_file(path)
+    real = [
+        (package_index, "_fetch_listing", package_index._fetch_listing),
+        (release_fetch, "_download", release_fetch._download),
+    ]
     no_network(monkeypatch)
     message = (
         f"cached file {path} is not the one fetched for vllm==9.9.9 (from {wheel.name}): "
         f"sha256 expected {expected}, got {got}; delete {path} to re-fetch the release"
     )
-    with pytest.raises(errors.CacheMismatch) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.CacheMismatch) as info:
+        release_fetch.fetch_release("9.9.9")
     assert str(info.value) == message
     with pytest.raises(loader.SourceError) as source_info:
         loader.read_source("vllm==9.9.9")
@@ -625,20 +635,20 @@ def test_modified_cached_file_is_refused(release, monkeypatch, good_text):
     for module, name, function in real:
         monkeypatch.setattr(module, name, function)
     path.unlink()
-    assert cache.sha256_file(fetch.fetch_release("9.9.9")) == expected
+    assert release_cache.sha256_file(release_fetch.fetch_release("9.9.9")) == expected
 
 
 def test_record_without_file_is_fetched_again(release, good_text):
     """A stop between writing the record and the file leaves just the record."""
     release("9.9.9")
-    path = fetch.fetch_release("9.9.9")
+    path = release_fetch.fetch_release("9.9.9")
     path.unlink()
-    assert fetch.fetch_release("9.9.9").read_text() == good_text
+    assert release_fetch.fetch_release("9.9.9").read_text() == good_text
 
 
 def cache_without_record(version: str, text: str) -> Path:
     """A cached file as kvqueue wrote it before digest records existed."""
-    path = cache.cached_path(version)
+    path = release_cache.cached_path(version)
     path.parent.mkdir(parents=True)
     path.write_text(text)
     return path
@@ -647,20 +657,20 @@ def cache_without_record(version: str, text: str) -> Path:
 def test_file_cached_before_records_is_verified_once(release, monkeypatch, good_text, capsys):
     release("9.9.9")
     path = cache_without_record("9.9.9", good_text)
-    assert fetch.fetch_release("9.9.9") == path
+    assert release_fetch.fetch_release("9.9.9") == path
     assert "has no digest record" in capsys.readouterr().err
-    record = cache.read_record("9.9.9")
-    assert record is not None and record.file_sha256 == cache.sha256_file(path)
+    record = release_cache.read_record("9.9.9")
+    assert record is not None and record.file_sha256 == release_cache.sha256_file(path)
     no_network(monkeypatch)
-    assert fetch.fetch_release("9.9.9") == path
+    assert release_fetch.fetch_release("9.9.9") == path
 
 
 def test_file_cached_before_records_that_differs_is_refused(release, good_text):
     release("9.9.9")
     path = cache_without_record("9.9.9", good_text + "# edited\n")
     before = path.read_bytes()
-    with pytest.raises(errors.CacheMismatch) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.CacheMismatch) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(
         info.value,
         f"cached file {path} is not vllm==9.9.9's (from vllm-9.9.9-",
@@ -668,14 +678,14 @@ def test_file_cached_before_records_that_differs_is_refused(release, good_text):
         f"got {hashlib.sha256(before).hexdigest()}; delete {path} to re-fetch",
     )
     assert path.read_bytes() == before  # left as it was, for whoever edited it
-    assert not cache.record_path("9.9.9").exists()
+    assert not release_cache.record_path("9.9.9").exists()
 
 
 def test_file_cached_before_records_offline(empty_cache, monkeypatch, good_text):
     path = cache_without_record("9.9.9", good_text)
     use_index(monkeypatch, closed_port_url())
-    with pytest.raises(errors.IndexUnreachable) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.IndexUnreachable) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(
         info.value,
         f"cached file {path} has no digest record (cached by an older kvqueue) and cannot "
@@ -686,13 +696,13 @@ def test_file_cached_before_records_offline(empty_cache, monkeypatch, good_text)
 
 def test_file_cached_before_records_of_an_unknown_release(fake_index, good_text):
     path = cache_without_record("9.9.9", good_text)
-    with pytest.raises(errors.ReleaseNotFound) as info:
-        fetch.fetch_release("9.9.9")
+    with pytest.raises(fetch_errors.ReleaseNotFound) as info:
+        release_fetch.fetch_release("9.9.9")
     assert_one_line(info.value, f"cached file {path} has no digest record", "9.9.9 does not exist")
 
 
 def _valid_record() -> dict[str, object]:
-    return cache.ReleaseRecord("9.9.9", "a" * 64, 1, "w.whl", "b" * 64, True, "t").to_json()
+    return release_cache.ReleaseRecord("9.9.9", "a" * 64, 1, "w.whl", "b" * 64, True, "t").to_json()
 
 
 @pytest.mark.parametrize(
@@ -712,18 +722,18 @@ def _valid_record() -> dict[str, object]:
 )
 def test_broken_record_is_one_line(empty_cache, monkeypatch, good_text, text, why):
     cache_without_record("9.9.9", good_text)
-    cache.record_path("9.9.9").write_text(text)
+    release_cache.record_path("9.9.9").write_text(text)
     no_network(monkeypatch)
-    with pytest.raises(errors.CacheMismatch) as info:
-        fetch.fetch_release("9.9.9")
-    folder = cache.cached_path("9.9.9").parent
+    with pytest.raises(fetch_errors.CacheMismatch) as info:
+        release_fetch.fetch_release("9.9.9")
+    folder = release_cache.cached_path("9.9.9").parent
     assert_one_line(info.value, why, f"delete the folder {folder} to re-fetch the release")
 
 
 def test_version_with_trailing_newline_is_malformed(empty_cache, monkeypatch):
     no_network(monkeypatch)
-    with pytest.raises(errors.FetchError, match="is not a vLLM version number"):
-        fetch.fetch_release("0.32.0\n")
+    with pytest.raises(fetch_errors.FetchError, match="is not a vLLM version number"):
+        release_fetch.fetch_release("0.32.0\n")
 
 
 # ----------------------------------------------------------- for the report side
@@ -751,14 +761,14 @@ def test_check_run_digests_against_given_records():
 
 def test_check_run_digests_reads_this_hosts_records(release):
     release("9.9.9")
-    sha = cache.sha256_file(fetch.fetch_release("9.9.9"))
+    sha = release_cache.sha256_file(release_fetch.fetch_release("9.9.9"))
     ok = {"label": "vllm==9.9.9", "vllm_version": "9.9.9", "file_sha256": sha}
     edited = {**ok, "label": "edited", "file_sha256": "f" * 64}
     never = {"label": "vllm==1.2.3", "vllm_version": "1.2.3", "file_sha256": sha}
     statuses = [c.status for c in digests.check_run_digests([ok, edited, never])]
     assert statuses == ["match", "mismatch", "unrecorded"]
     # A broken record must not stop a report from being built: it reads as unrecorded.
-    cache.record_path("9.9.9").write_text("{")
+    release_cache.record_path("9.9.9").write_text("{")
     assert digests.check_run_digests([ok])[0].status == "unrecorded"
 
 
@@ -800,26 +810,26 @@ def test_real_release_is_cached_recorded_and_reused(empty_cache, monkeypatch):
     own, then reuses it offline. The record holds what was checked for either way of
     obtaining the file: a range read (PyPI honours ranges) or the whole wheel (a server
     that does not, or ``KVQUEUE_FULL_DOWNLOAD=1``)."""
-    path = fetch.fetch_release("0.32.0")
-    assert path == cache.cached_path("0.32.0") and path.is_relative_to(empty_cache)
-    record = cache.read_record("0.32.0")
-    assert record is not None and record.file_sha256 == cache.sha256_file(path)
+    path = release_fetch.fetch_release("0.32.0")
+    assert path == release_cache.cached_path("0.32.0") and path.is_relative_to(empty_cache)
+    record = release_cache.read_record("0.32.0")
+    assert record is not None and record.file_sha256 == release_cache.sha256_file(path)
     assert record.wheel.startswith("vllm-0.32.0-")
-    if record.obtained == cache.OBTAINED_RANGE:
+    if record.obtained == release_cache.OBTAINED_RANGE:
         assert record.wheel_sha256 is None and not record.wheel_sha256_from_index
         assert "member sha256 = the wheel's RECORD" in record.verified
     else:
-        assert record.obtained == cache.OBTAINED_DOWNLOAD
+        assert record.obtained == release_cache.OBTAINED_DOWNLOAD
         assert record.wheel_sha256 is not None and record.wheel_sha256_from_index
         assert record.verified == ("wheel sha256 = the index's",)
     no_network(monkeypatch)
     start = time.perf_counter()
-    assert fetch.fetch_release("0.32.0") == path
+    assert release_fetch.fetch_release("0.32.0") == path
     assert time.perf_counter() - start < 0.5
     src = loader.read_source("vllm==0.32.0")
     assert src.vllm_version == "0.32.0"
     assert src.path == str(path)
-    assert src.file_sha256 == cache.sha256_file(path)
+    assert src.file_sha256 == release_cache.sha256_file(path)
     assert src.text.startswith("class FreeKVCacheBlockQueue")
     block = loader.read_source("vllm==0.32.0", loader.BLOCK_CLASS)
     assert block.text.startswith("@dataclass")
@@ -839,7 +849,7 @@ def test_real_release_is_cached_recorded_and_reused(empty_cache, monkeypatch):
 def test_real_listing_picks_a_wheel(version, platform):
     """Needs the network; a listing only (no download): each release era's tag is found,
     with its sha256."""
-    wheel = index.choose_wheel(index.release_files(version))
+    wheel = package_index.choose_wheel(package_index.release_files(version))
     assert wheel is not None
     # A rebuilt wheel (build tag, as 0.20.1 and 0.21.0 have) is preferred, as pip does.
     pattern = rf"vllm-{re.escape(version)}(-[0-9]+)?-cp38-abi3-{platform}\.whl"
@@ -851,10 +861,10 @@ def test_real_listing_picks_a_wheel(version, platform):
 def test_real_release_that_predates_the_module(empty_cache):
     """Needs the network: vLLM 0.1.0 has only an 83 kB sdist, read to tell "too old" from
     "no wheel"."""
-    with pytest.raises(errors.ModuleMissing) as info:
-        fetch.fetch_release("0.1.0")
+    with pytest.raises(fetch_errors.ModuleMissing) as info:
+        release_fetch.fetch_release("0.1.0")
     assert str(info.value) == (
-        f"vLLM release 0.1.0 has no {cache.MEMBER} (not in vllm-0.1.0.tar.gz, its only "
+        f"vLLM release 0.1.0 has no {release_cache.MEMBER} (not in vllm-0.1.0.tar.gz, its only "
         "file on the index): it predates the module, too old for this benchmark"
     )
     assert_nothing_cached("0.1.0")
@@ -863,10 +873,10 @@ def test_real_release_that_predates_the_module(empty_cache):
 @pytest.mark.network
 def test_real_unknown_release(empty_cache):
     """Needs the network: the index is read and lists no such release."""
-    with pytest.raises(errors.ReleaseNotFound) as info:
-        fetch.fetch_release("0.0.999")
+    with pytest.raises(fetch_errors.ReleaseNotFound) as info:
+        release_fetch.fetch_release("0.0.999")
     assert str(info.value) == "vLLM release 0.0.999 does not exist on the package index"
-    assert not cache.cached_path("0.0.999").exists()
+    assert not release_cache.cached_path("0.0.999").exists()
 
 
 @pytest.mark.network

@@ -1,4 +1,4 @@
-"""Reading one member of a remote wheel by HTTP range requests (kvqueue.sources.wheel), the
+"""Reading one member of a remote wheel by HTTP range requests (kvqueue.sources.wheel_ranges), the
 fallback to the full download, and the release listing of a history.
 
 A local HTTP server serves small wheels made with ``zipfile`` around the hand-written
@@ -21,9 +21,8 @@ from typing import ClassVar
 import pytest
 from test_upstream import use_index
 
-from kvqueue import versions
-from kvqueue.sources import cache, errors, fetch, index
-from kvqueue.sources.wheel import FULL_DOWNLOAD_ENV
+from kvqueue.sources import fetch_errors, package_index, release_cache, release_fetch, versions
+from kvqueue.sources.wheel_ranges import FULL_DOWNLOAD_ENV
 
 VERSION = "9.9.9"
 WHEEL = f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -121,11 +120,11 @@ def serve(handler: type[_Handler], files: dict[str, bytes]) -> None:
 
 def test_range_read_reads_only_the_member(server, good_text):
     _, handler = server
-    data = wheel({cache.MEMBER: good_text.encode()})
+    data = wheel({release_cache.MEMBER: good_text.encode()})
     serve(handler, {WHEEL: data})
-    path = fetch.fetch_release(VERSION)
+    path = release_fetch.fetch_release(VERSION)
     assert path.read_text() == good_text
-    record = cache.read_record(VERSION)
+    record = release_cache.read_record(VERSION)
     assert record is not None
     assert record.obtained == "range"
     assert record.wheel == WHEEL and record.wheel_sha256 is None
@@ -141,10 +140,10 @@ def test_range_read_reads_only_the_member(server, good_text):
 def test_server_without_ranges_falls_back_to_the_download(server, good_text, capsys):
     _, handler = server
     handler.ranges = False
-    data = wheel({cache.MEMBER: good_text.encode()})
+    data = wheel({release_cache.MEMBER: good_text.encode()})
     serve(handler, {WHEEL: data})
-    assert fetch.fetch_release(VERSION).read_text() == good_text
-    record = cache.read_record(VERSION)
+    assert release_fetch.fetch_release(VERSION).read_text() == good_text
+    record = release_cache.read_record(VERSION)
     assert record is not None and record.obtained == "download"
     assert record.wheel_sha256 == hashlib.sha256(data).hexdigest()
     assert "no range read (HTTP 200 to a range request)" in capsys.readouterr().err
@@ -152,35 +151,35 @@ def test_server_without_ranges_falls_back_to_the_download(server, good_text, cap
 
 def test_full_download_can_be_forced(server, good_text, monkeypatch):
     _, handler = server
-    serve(handler, {WHEEL: wheel({cache.MEMBER: good_text.encode()})})
+    serve(handler, {WHEEL: wheel({release_cache.MEMBER: good_text.encode()})})
     monkeypatch.setenv(FULL_DOWNLOAD_ENV, "1")
-    fetch.fetch_release(VERSION)
-    assert cache.read_record(VERSION).obtained == "download"  # type: ignore[union-attr]
+    release_fetch.fetch_release(VERSION)
+    assert release_cache.read_record(VERSION).obtained == "download"  # type: ignore[union-attr]
     assert all(h is None for _, h in handler.seen)
 
 
 def test_member_that_disagrees_with_the_record_is_refused(server, good_text):
     _, handler = server
     member = good_text.encode()
-    data = wheel({cache.MEMBER: member}, record={cache.MEMBER: member + b"#"})
+    data = wheel({release_cache.MEMBER: member}, record={release_cache.MEMBER: member + b"#"})
     serve(handler, {WHEEL: data})
-    with pytest.raises(errors.FetchError, match="the wheel's RECORD lists"):
-        fetch.fetch_release(VERSION)
-    assert not cache.cached_path(VERSION).exists()
+    with pytest.raises(fetch_errors.FetchError, match="the wheel's RECORD lists"):
+        release_fetch.fetch_release(VERSION)
+    assert not release_cache.cached_path(VERSION).exists()
 
 
 def test_range_read_of_a_wheel_without_the_module(server):
     _, handler = server
     serve(handler, {WHEEL: wheel({"vllm/other.py": b"x = 1\n"})})
-    with pytest.raises(errors.ModuleMissing, match="predates the module"):
-        fetch.fetch_release(VERSION)
+    with pytest.raises(fetch_errors.ModuleMissing, match="predates the module"):
+        release_fetch.fetch_release(VERSION)
 
 
 def test_list_releases_sorts_versions(server):
     _, handler = server
     names = ["0.10.0", "0.9.2", "0.10.1.1", "0.10.1", "0.2.1.post1", "0.2.1", "0.33.0rc1"]
     serve(handler, {f"vllm-{v}.tar.gz": b"" for v in names})
-    assert list(index.list_releases()) == [
+    assert list(package_index.list_releases()) == [
         "0.2.1",
         "0.2.1.post1",
         "0.9.2",
@@ -205,7 +204,7 @@ def test_real_range_read_matches_the_full_download(tmp_path, monkeypatch):
     (recorded in the project's notes: ab20eb7d...)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(FULL_DOWNLOAD_ENV, raising=False)
-    path = fetch.fetch_release("0.9.2")
-    record = cache.read_record("0.9.2")
+    path = release_fetch.fetch_release("0.9.2")
+    record = release_cache.read_record("0.9.2")
     assert record is not None and record.obtained == "range"
-    assert cache.sha256_file(path).startswith("ab20eb7d03a6")
+    assert release_cache.sha256_file(path).startswith("ab20eb7d03a6")

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from kvqueue import schema
-from kvqueue.gate import gate, invalid, model, naming, sizes
+from kvqueue.gate import gate, invalid_ops, model_check, naming, size_check
 from kvqueue.sources import loader
-from kvqueue.subject import cases
+from kvqueue.subjects import queue_cases
 
 # Smaller than the default so the ~20 gate runs below stay fast; every mutant here is
 # caught within the first few hundred operations (or by the invalid-operation table).
@@ -324,7 +324,7 @@ def test_gate_refuses_broken_queue(mutant, broken_file, baseline):
 def test_model_check_failure_reports_index_and_model(broken_file, baseline):
     broken = load(f"{broken_file}::PopleftKeepsLinks", baseline)
     with pytest.raises(naming.ValidationError) as info:
-        model.model_check(broken, ops=QUICK_OPS)
+        model_check.model_check(broken, ops=QUICK_OPS)
     message = str(info.value)
     index = int(re.match(r"operation #(\d+) popleft\(\)", message).group(1))
     assert info.value.passed == index - 1
@@ -335,7 +335,7 @@ def test_model_check_failure_reports_index_and_model(broken_file, baseline):
 def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
     broken = load(f"{broken_file}::WrongRemoveExceptionType", baseline)
     with pytest.raises(naming.ValidationError) as info:
-        invalid.compare_invalid(baseline, broken)
+        invalid_ops.compare_invalid_shared(broken, [baseline])
     message = str(info.value)
     assert "outcome differs from the baseline" in message
     assert "expected: ('raised', 'RuntimeError', 'remove() called on an invalid block:" in message
@@ -345,13 +345,13 @@ def test_invalid_op_failure_shows_expected_and_got(broken_file, baseline):
 def test_invalid_op_partial_state_is_compared(broken_file, baseline):
     """Same exception, different damage left behind: refused on the count."""
     broken = load(f"{broken_file}::BatchPopCountsLate", baseline)
-    model.model_check(broken, ops=2_000)  # valid operations all behave
+    model_check.model_check(broken, ops=2_000)  # valid operations all behave
     with pytest.raises(naming.ValidationError, match="num_free_blocks differs"):
-        invalid.compare_invalid(baseline, broken)
+        invalid_ops.compare_invalid_shared(broken, [baseline])
 
 
 def test_invalid_scenarios_table():
-    names = [s[0] for s in invalid.INVALID_SCENARIOS]
+    names = [s[0] for s in invalid_ops.INVALID_SCENARIOS]
     assert len(names) >= 9
     assert len(set(names)) == len(names)
 
@@ -365,7 +365,7 @@ def test_gate_keeps_checking_after_a_refusal(broken_file, baseline):
     ]
     results = gate.gate(variants, ops=2_000)
     assert [r.ok for r in results] == [True, False, True]
-    assert results[2].invalid_compared == len(invalid.INVALID_SCENARIOS)
+    assert results[2].invalid_compared == len(invalid_ops.INVALID_SCENARIOS)
 
 
 def test_gate_refuses_a_queue_whose_constructor_raises(tmp_path, good_text, baseline):
@@ -393,7 +393,7 @@ def default_run(good_path_module):
     """
     calls = Counter()
     kinds = Counter()
-    real_step, real_check = model._ModelRun.step, model._ModelRun.check
+    real_step, real_check = model_check._ModelRun.step, model_check._ModelRun.check
 
     def step(self):
         calls["step", self.v.label] += 1
@@ -406,8 +406,8 @@ def default_run(good_path_module):
 
     variants = loader.load_variants(["kvqueue", str(good_path_module), "kvqueue:floor"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(model._ModelRun, "step", step)
-        mp.setattr(model._ModelRun, "check", check)
+        mp.setattr(model_check._ModelRun, "step", step)
+        mp.setattr(model_check._ModelRun, "check", check)
         results = gate.gate(variants)
     return variants, results, calls, kinds
 
@@ -419,7 +419,7 @@ def good_path_module() -> Path:
 
 def test_default_op_count_is_at_least_60000(default_run):
     variants, results, calls, _ = default_run
-    assert model.DEFAULT_OPS >= 60_000
+    assert model_check.DEFAULT_OPS >= 60_000
     for variant, result in zip(variants, results, strict=True):
         assert result.ok, result.error
         assert result.ops_checked >= 60_000
@@ -448,9 +448,9 @@ def test_default_run_exercises_every_operation(default_run):
 def test_correct_fixture_queue_passes(default_run):
     _, (base, good, _), _, _ = default_run
     assert base.role == "baseline" and base.ok
-    assert base.invalid_compared == len(invalid.INVALID_SCENARIOS)
+    assert base.invalid_compared == len(invalid_ops.INVALID_SCENARIOS)
     assert good.role == "candidate" and good.ok and good.error is None
-    assert good.invalid_compared == len(invalid.INVALID_SCENARIOS)
+    assert good.invalid_compared == len(invalid_ops.INVALID_SCENARIOS)
     assert good.line().startswith("PASS")
     assert good.sha256 in good.line()
 
@@ -461,12 +461,12 @@ def test_bound_is_model_checked_but_skips_invalid_ops(default_run):
     assert floor.is_bound
     assert result.role == "bound"
     assert result.ok, result.error
-    assert result.ops_checked == model.DEFAULT_OPS
+    assert result.ops_checked == model_check.DEFAULT_OPS
     assert result.invalid_compared == 0
     assert "invalid ops skipped (bound)" in result.line()
     # Skipping matters: the check-free floor would fail the invalid-operation comparison.
     with pytest.raises(naming.ValidationError):
-        invalid.compare_invalid(variants[0], floor)
+        invalid_ops.compare_invalid_shared(floor, [variants[0]])
 
 
 def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baseline):
@@ -486,15 +486,15 @@ def test_broken_bound_is_refused_by_the_model_check(tmp_path, good_text, baselin
 
 def op_sequence(variant: loader.Variant, seed: int, ops: int = 3_000) -> list[str]:
     seen = []
-    real_step = model._ModelRun.step
+    real_step = model_check._ModelRun.step
 
     def step(self):
         real_step(self)
         seen.append(self.op_desc)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(model._ModelRun, "step", step)
-        assert model.model_check(variant, ops=ops, seed=seed) == ops
+        mp.setattr(model_check._ModelRun, "step", step)
+        assert model_check.model_check(variant, ops=ops, seed=seed) == ops
     return seen
 
 
@@ -726,13 +726,13 @@ def small_queue_gate(size_file, baseline):
 
 
 def test_default_sizes_are_the_timed_pools_and_the_minimum():
-    assert (schema.MIN_POOL, *schema.POOLS) == sizes.DEFAULT_SIZES
+    assert (schema.MIN_POOL, *schema.POOLS) == size_check.DEFAULT_SIZES
     gate_params = inspect.signature(gate.gate).parameters
-    assert gate_params["sizes"].default == sizes.DEFAULT_SIZES
+    assert gate_params["sizes"].default == size_check.DEFAULT_SIZES
     assert gate_params["size_ops"].default is None
     # The timed batch lengths: alloc1/2/8/32 and the batches of mix.
-    assert sizes.TIMED_BATCHES == (1, 2, 8, 32)
-    assert max(cases.MIX_SIZES) <= max(sizes.TIMED_BATCHES) < sizes.MAX_BATCH
+    assert size_check.TIMED_BATCHES == (1, 2, 8, 32)
+    assert max(queue_cases.MIX_SIZES) <= max(size_check.TIMED_BATCHES) < size_check.MAX_BATCH
 
 
 @pytest.mark.parametrize("mutant", SIZE_MUTANTS, ids=lambda m: m.name)
@@ -742,8 +742,8 @@ def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
     result = small_queue_gate[1 + SIZE_MUTANTS.index(mutant)]
     assert result.label.endswith(f"::{mutant.name}")
     assert result.ok, f"{mutant.name}: {result.error}"
-    assert result.ops_checked == model.DEFAULT_OPS
-    assert result.invalid_compared == len(invalid.INVALID_SCENARIOS)
+    assert result.ops_checked == model_check.DEFAULT_OPS
+    assert result.invalid_compared == len(invalid_ops.INVALID_SCENARIOS)
     assert result.sizes == () and result.size_ops_checked == 0
 
 
@@ -751,11 +751,11 @@ def test_small_queue_gate_passes_size_mutants(mutant, small_queue_gate):
 def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
     base_result, result = gate.gate([baseline, broken], ops=QUICK_OPS)
-    assert base_result.ok and base_result.sizes == sizes.DEFAULT_SIZES, base_result.error
+    assert base_result.ok and base_result.sizes == size_check.DEFAULT_SIZES, base_result.error
     assert result.ok is False, f"gate passed a queue where {mutant.bug}"
     # Parts 1 and 3 passed it; part 2 refused it at the first size where it misbehaves.
     assert result.ops_checked == QUICK_OPS
-    assert result.invalid_compared == len(invalid.INVALID_SCENARIOS)
+    assert result.invalid_compared == len(invalid_ops.INVALID_SCENARIOS)
     first = result.error.splitlines()[0]
     match = re.match(
         r"size (\d+): (operation #\d+ |whole-structure check after operation #\d+: "
@@ -764,9 +764,9 @@ def test_gate_refuses_size_dependent_mutant(mutant, size_file, baseline):
     )
     assert match, first
     assert int(match.group(1)) == mutant.first_size
-    default = sizes.DEFAULT_SIZES
+    default = size_check.DEFAULT_SIZES
     assert result.sizes == default[: default.index(mutant.first_size)]
-    assert result.size_ops_checked < len(default) * (QUICK_OPS // sizes.SIZE_OPS_DIVISOR)
+    assert result.size_ops_checked < len(default) * (QUICK_OPS // size_check.SIZE_OPS_DIVISOR)
     assert mutant.names_op in result.error, result.error
     assert "expected:" in result.error and "got:" in result.error, result.error
     assert result.line().startswith("FAIL")
@@ -780,11 +780,11 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
     """The runner's call (``--json --ops N --seed S SOURCES``, no size option) already
     runs part 2 at every timed size."""
     source = f"{size_file}::PopOneKeepsLinksWhenLong"
-    seed = str(model.DEFAULT_SEED)
+    seed = str(model_check.DEFAULT_SEED)
     proc = run_cli("validate", "--json", "--ops", "60000", "--seed", seed, "kvqueue", source)
     assert proc.returncode == 1, proc.stderr
     base, broken = json.loads(proc.stdout)["results"]
-    assert base["ok"] and base["sizes"] == list(sizes.DEFAULT_SIZES)
+    assert base["ok"] and base["sizes"] == list(size_check.DEFAULT_SIZES)
     assert base["size_ops_checked"] == 3 * 15_000
     assert not broken["ok"] and broken["sizes"] == [] and broken["failed_size"] == 64
     assert broken["error"].startswith("size 64: operation #"), broken["error"]
@@ -796,11 +796,11 @@ def test_cli_default_route_refuses_a_size_mutant(run_cli, size_file):
 def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_file, baseline):
     broken = load(f"{size_file}::{mutant.name}", baseline)
     with pytest.raises(naming.ValidationError) as small:
-        model.model_check(broken)
+        model_check.model_check(broken)
     assert mutant.names_op in str(small.value)
-    for size in sizes.DEFAULT_SIZES:
+    for size in size_check.DEFAULT_SIZES:
         with pytest.raises(naming.ValidationError) as sized:
-            sizes.size_check(broken, size, ops=QUICK_OPS // sizes.SIZE_OPS_DIVISOR)
+            size_check.size_check(broken, size, ops=QUICK_OPS // size_check.SIZE_OPS_DIVISOR)
         message = str(sized.value)
         assert message.startswith(f"size {size}: operation #"), message
         assert mutant.names_op in message, message
@@ -811,13 +811,13 @@ def test_long_batch_mutants_are_refused_by_each_model_check_alone(mutant, size_f
 def test_correct_queues_pass_at_every_timed_size(default_run):
     """kvqueue, the good fixture and the floor bound, at the default op count."""
     _, results, _, _ = default_run
-    per_size = model.DEFAULT_OPS // sizes.SIZE_OPS_DIVISOR
+    per_size = model_check.DEFAULT_OPS // size_check.SIZE_OPS_DIVISOR
     assert per_size == 15_000
     for result in results:
         assert result.ok, result.error
-        assert result.sizes == sizes.DEFAULT_SIZES
+        assert result.sizes == size_check.DEFAULT_SIZES
         assert set(schema.POOLS) <= set(result.sizes) and schema.MIN_POOL in result.sizes
-        assert result.size_ops_checked == len(sizes.DEFAULT_SIZES) * per_size
+        assert result.size_ops_checked == len(size_check.DEFAULT_SIZES) * per_size
         # Elapsed time is recorded and part of the total. The bound is loose (measured
         # ~1.2 s); an O(size) check after every operation would take ~10 minutes.
         assert 0 < result.size_seconds < result.seconds
@@ -828,12 +828,12 @@ def test_correct_queues_pass_at_every_timed_size(default_run):
 def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
     """At 2,048 blocks: every operation, every timed batch length and longer ones,
     block ids >= 1000, a count that never drops below 60, and regular full walks."""
-    ops = model.DEFAULT_OPS // sizes.SIZE_OPS_DIVISOR
+    ops = model_check.DEFAULT_OPS // size_check.SIZE_OPS_DIVISOR
     seen: Counter = Counter()
     lengths: dict[str, set[int]] = {"popleft_n": set(), "append_n": set(), "prepend_n": set()}
     ids: set[int] = set()
     counts: list[int] = []
-    real_step, real_walk = sizes._SizedRun.step, sizes._SizedRun.walk
+    real_step, real_walk = size_check._SizedRun.step, size_check._SizedRun.walk
 
     def step(self):
         real_step(self)
@@ -852,14 +852,14 @@ def test_size_check_exercises_timed_batches_ids_and_counts(baseline):
         real_walk(self)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sizes._SizedRun, "step", step)
-        mp.setattr(sizes._SizedRun, "walk", walk)
-        assert sizes.size_check(baseline, 2048, ops) == ops
+        mp.setattr(size_check._SizedRun, "step", step)
+        mp.setattr(size_check._SizedRun, "walk", walk)
+        assert size_check.size_check(baseline, 2048, ops) == ops
     kinds = {"popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"}
     assert all(seen[k] > 500 for k in [*kinds, "iter_blocks_after"]), seen
     for kind, found in lengths.items():
-        assert set(sizes.TIMED_BATCHES) <= found, (kind, sorted(found))
-        assert max(found) == sizes.MAX_BATCH, (kind, sorted(found))
+        assert set(size_check.TIMED_BATCHES) <= found, (kind, sorted(found))
+        assert max(found) == size_check.MAX_BATCH, (kind, sorted(found))
     assert sum(i >= 1000 for i in ids) > 900
     assert min(counts) >= 60 and max(counts) == 2048
     assert seen["walk"] >= ops // (2048 // 20)
@@ -876,7 +876,7 @@ def test_size_check_same_seed_same_result(size_file, baseline):
     errors = []
     for seed in (3, 3, 4):
         with pytest.raises(naming.ValidationError) as info:
-            sizes.size_check(broken, 2048, ops=2_000, seed=seed)
+            size_check.size_check(broken, 2048, ops=2_000, seed=seed)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
     assert errors[0] != errors[2]
@@ -906,7 +906,7 @@ def test_size_mutants_refused_against_vllm_0_32_0(size_file):
     sources = ["vllm==0.32.0", *(f"{size_file}::{m.name}" for m in SIZE_MUTANTS)]
     results = gate.gate(loader.load_variants(sources), ops=QUICK_OPS)
     assert results[0].ok, results[0].error
-    assert results[0].sizes == sizes.DEFAULT_SIZES
+    assert results[0].sizes == size_check.DEFAULT_SIZES
     for mutant, result in zip(SIZE_MUTANTS, results[1:], strict=True):
         assert not result.ok, mutant.name
         assert result.error.startswith(f"size {mutant.first_size}: "), result.error

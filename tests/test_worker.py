@@ -1,4 +1,5 @@
-"""The timing worker (``python -m kvqueue.bench.worker``) and the timed cases (docs/design.md §4).
+"""The timing worker (``python -m kvqueue.measure.timing_worker``) and the timed cases
+(docs/design.md §4).
 
 Workers run in subprocesses only: ``run_process`` pins its own process to one CPU, which
 must never happen to the pytest process. Parameters are tiny (64/128-block pools,
@@ -17,9 +18,9 @@ import pytest
 from benchutil import GOOD_QUEUE, check_orders, run_worker
 
 from kvqueue import schema
-from kvqueue.bench import worker
+from kvqueue.measure import timing_worker
 from kvqueue.sources import loader
-from kvqueue.subject import cases
+from kvqueue.subjects import queue_cases
 
 SOURCES = ["kvqueue", "kvqueue:floor", str(GOOD_QUEUE)]
 ROW_KEYS = schema.SAMPLE_COLUMNS[2:]  # worker rows lack process and phase
@@ -80,7 +81,7 @@ def test_rows_have_the_schema_shape(tiny_run):
             assert isinstance(r[key], int) and not isinstance(r[key], bool), key
         assert r["loops"] >= 1
         assert r["ns_total"] > 0
-        assert r["ops_per_loop"] == cases.ops_per_loop(r["case"], r["pool"])
+        assert r["ops_per_loop"] == queue_cases.ops_per_loop(r["case"], r["pool"])
 
 
 def test_every_case_pool_variant_has_samples_rows(tiny_run):
@@ -213,52 +214,52 @@ def test_calibrate_scales_to_the_sample_length():
         calls.append(loops)
         return loops * 1_000  # 1 µs per loop
 
-    assert worker.calibrate(fake_run, 1_000_000) == 1_000
+    assert timing_worker.calibrate(fake_run, 1_000_000) == 1_000
     # Doubled until a run lasted >= 1/8 of a sample (128 loops = 128 µs), then scaled.
     assert calls == [1, 2, 4, 8, 16, 32, 64, 128]
 
 
 def test_calibrate_never_returns_zero():
-    assert worker.calibrate(lambda loops: 10**12, 1_000) == 1
+    assert timing_worker.calibrate(lambda loops: 10**12, 1_000) == 1
 
 
 # ------------------------------------------------------------------ cases
 
 
 def test_mix_sequence_sizes_and_fixed_order():
-    seq = cases.mix_sequence(1)
-    assert len(seq) == 100 == cases.ops_per_loop("mix", 2048)
+    seq = queue_cases.mix_sequence(1)
+    assert len(seq) == 100 == queue_cases.ops_per_loop("mix", 2048)
     assert Counter(seq) == {1: 90, 2: 5, 8: 4, 32: 1}
-    assert cases.mix_sequence(1) == seq  # same seed, same sequence
-    assert cases.mix_sequence(2) != seq  # it is shuffled by the seed
+    assert queue_cases.mix_sequence(1) == seq  # same seed, same sequence
+    assert queue_cases.mix_sequence(2) != seq  # it is shuffled by the seed
     assert seq != sorted(seq)
 
 
 @pytest.mark.parametrize("pool", [64, 128, 5000])
 def test_remove_walk_is_two_orders_of_the_same_interior_blocks(pool):
     blocks = list(range(pool))
-    walk = cases.remove_walk(blocks, seed=3)
-    count = min(cases.REMOVE_BLOCKS, pool // 2)
-    assert len(walk) == 2 * count == cases.ops_per_loop("remove", pool)
+    walk = queue_cases.remove_walk(blocks, seed=3)
+    count = min(queue_cases.REMOVE_BLOCKS, pool // 2)
+    assert len(walk) == 2 * count == queue_cases.ops_per_loop("remove", pool)
     first, second = walk[:count], walk[count:]
     assert len(set(first)) == count  # a permutation: no block twice in one order
     assert set(first) == set(second)
     assert first != second  # two different shuffles
     assert blocks[0] not in first and blocks[-1] not in first  # interior only
-    assert cases.remove_walk(blocks, seed=3) == walk
+    assert queue_cases.remove_walk(blocks, seed=3) == walk
 
 
 def test_ops_per_loop():
     for case in ("alloc1", "alloc2", "alloc8", "alloc32", "popappend"):
-        assert cases.ops_per_loop(case, 64) == 1
-    assert cases.ops_per_loop("mix", 64) == 100
-    assert cases.ops_per_loop("remove", 64) == 64
-    assert cases.ops_per_loop("remove", 100_000) == 2 * cases.REMOVE_BLOCKS
+        assert queue_cases.ops_per_loop(case, 64) == 1
+    assert queue_cases.ops_per_loop("mix", 64) == 100
+    assert queue_cases.ops_per_loop("remove", 64) == 64
+    assert queue_cases.ops_per_loop("remove", 100_000) == 2 * queue_cases.REMOVE_BLOCKS
 
 
 def test_unknown_case_is_refused():
     with pytest.raises(ValueError, match="unknown case"):
-        cases.make_runner("shuffle", None, [], 1)  # type: ignore[arg-type]
+        queue_cases.make_runner("shuffle", None, [], 1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("source", ["kvqueue", "kvqueue:floor", str(GOOD_QUEUE)])
@@ -269,7 +270,7 @@ def test_every_case_cycle_is_balanced(source, pool):
     for case in schema.CASES:
         blocks = [variant.block_cls(block_id=i) for i in range(pool)]
         q = variant.queue_cls(blocks)
-        run = cases.make_runner(case, q, blocks, 1)
+        run = queue_cases.make_runner(case, q, blocks, 1)
         assert run(3) > 0
         free = q.get_all_free_blocks()
         assert len(free) == pool == q.num_free_blocks, case
@@ -293,11 +294,11 @@ def _chain(q) -> list:
     return out
 
 
-def _shared_pool(size: int) -> tuple[worker.SharedPool, list[str]]:
+def _shared_pool(size: int) -> tuple[timing_worker.SharedPool, list[str]]:
     variants = loader.load_variants(SOURCES)
     labels = schema.variant_labels(SOURCES)
     queues = {label: v.queue_cls for label, v in zip(labels, variants, strict=True)}
-    return worker.SharedPool(size, variants[0].block_cls, queues), labels
+    return timing_worker.SharedPool(size, variants[0].block_cls, queues), labels
 
 
 def test_shared_pool_hands_one_chain_between_variants():
@@ -325,7 +326,8 @@ def test_shared_pool_stays_whole_across_variants_and_cases(case):
     """Timing each variant in turn on the shared blocks never loses or duplicates one."""
     shared, labels = _shared_pool(128)
     runners = {
-        label: cases.make_runner(case, shared.queues[label], shared.blocks, 1) for label in labels
+        label: queue_cases.make_runner(case, shared.queues[label], shared.blocks, 1)
+        for label in labels
     }
     for label in [*labels, *reversed(labels)]:
         assert shared.timed(runners, label, 2) > 0
@@ -338,10 +340,10 @@ def test_hand_over_of_an_empty_queue():
     (variant,) = loader.load_variants(["kvqueue"])
     blocks = [variant.block_cls(block_id=i) for i in range(4)]
     src, dst = variant.queue_cls(blocks), variant.queue_cls([])
-    worker.hand_over(src, dst)
+    timing_worker.hand_over(src, dst)
     assert (_chain(dst), dst.num_free_blocks) == (blocks, 4)
     assert (_chain(src), src.num_free_blocks) == ([], 0)
-    worker.hand_over(src, dst)  # src is empty now: dst ends up empty too
+    timing_worker.hand_over(src, dst)  # src is empty now: dst ends up empty too
     assert (_chain(dst), dst.num_free_blocks) == ([], 0)
 
 
@@ -349,21 +351,21 @@ def test_hand_over_of_an_empty_queue():
 
 
 def test_epoch_rounds_split_the_samples_into_consecutive_ranges() -> None:
-    assert worker.epoch_rounds(9, 1) == [range(0, 9)]
-    assert worker.epoch_rounds(9, 3) == [range(0, 3), range(3, 6), range(6, 9)]
-    assert [len(r) for r in worker.epoch_rounds(9, 4)] == [2, 2, 2, 3]
-    assert worker.epoch_rounds(2, 5) == [range(0, 1), range(1, 2)]  # at most one per round
+    assert timing_worker.epoch_rounds(9, 1) == [range(0, 9)]
+    assert timing_worker.epoch_rounds(9, 3) == [range(0, 3), range(3, 6), range(6, 9)]
+    assert [len(r) for r in timing_worker.epoch_rounds(9, 4)] == [2, 2, 2, 3]
+    assert timing_worker.epoch_rounds(2, 5) == [range(0, 1), range(1, 2)]  # at most one per round
 
 
 @pytest.mark.parametrize("pools", [True, False], ids=["new-blocks", "same-blocks"])
 def test_a_new_layout_recreates_classes_queues_and_runners(pools: bool) -> None:
     spec = make_spec()
     rng = random.Random(3)
-    first = worker.Layout(spec, rng)
+    first = timing_worker.Layout(spec, rng)
     second = (
-        worker.Layout(spec, rng)
+        timing_worker.Layout(spec, rng)
         if pools
-        else worker.Layout(spec, rng, block=first.block, pools=first.pools)
+        else timing_worker.Layout(spec, rng, block=first.block, pools=first.pools)
     )
     for a, b in zip(first.variants, second.variants, strict=True):
         assert a.queue_cls is not b.queue_cls

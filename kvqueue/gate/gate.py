@@ -9,7 +9,7 @@
    the pools of :data:`kvqueue.schema.POOLS` and the smallest pool ``make bench``
    accepts), starting from the full pool in block-id order as the worker builds it, with
    batches of the timed lengths (1, 2, 8, 32) and up to
-   :data:`kvqueue.gate.sizes.MAX_BATCH`. A variant
+   :data:`kvqueue.gate.size_check.MAX_BATCH`. A variant
    whose behaviour depends on queue length, block id or batch length beyond the small
    queues of part 1 is caught here. The whole-structure check is O(size), so it runs only
    every ``size // 20`` operations and at the end (with ``get_all_free_blocks`` and a
@@ -23,8 +23,8 @@
 
 A failure is reported as the first diverging operation, expected vs got.
 
-The parts live in :mod:`kvqueue.gate.model`, :mod:`kvqueue.gate.sizes` and
-:mod:`kvqueue.gate.invalid`; this module runs them in order for every variant.
+The parts live in :mod:`kvqueue.gate.model_check`, :mod:`kvqueue.gate.size_check` and
+:mod:`kvqueue.gate.invalid_ops`; this module runs them in order for every variant.
 
 Standard library only: the runner executes this under the interpreter being measured.
 """
@@ -35,15 +35,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvqueue.gate.invalid import (
+from kvqueue.gate.invalid_ops import (
     INVALID_SCENARIOS,
     compare_invalid_shared,
     runs_natively,
     scenario_needs,
 )
-from kvqueue.gate.model import DEFAULT_OPS, DEFAULT_SEED, model_check
+from kvqueue.gate.model_check import DEFAULT_OPS, DEFAULT_SEED, model_check
 from kvqueue.gate.naming import ValidationError
-from kvqueue.gate.sizes import DEFAULT_SIZES, SIZE_OPS_DIVISOR, size_check
+from kvqueue.gate.size_check import DEFAULT_SIZES, SIZE_OPS_DIVISOR, size_check
 from kvqueue.sources.loader import STRUCTURE_HEAD_TAIL, Variant
 
 

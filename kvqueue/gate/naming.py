@@ -2,8 +2,8 @@
 
 The queue's two ends (sentinel blocks, or ``None`` for the head-tail structure), a block's
 printable name (its id, ``HEAD``/``TAIL``), and :class:`ValidationError`, raised by every
-part of the gate (:mod:`kvqueue.gate.model`, :mod:`kvqueue.gate.sizes`,
-:mod:`kvqueue.gate.invalid`) at the first operation that diverges.
+part of the gate (:mod:`kvqueue.gate.model_check`, :mod:`kvqueue.gate.size_check`,
+:mod:`kvqueue.gate.invalid_ops`) at the first operation that diverges.
 
 Standard library only: the runner executes this under the interpreter being measured.
 """

@@ -202,8 +202,8 @@ def cell_line(name: str, kind: str, default: Any, help_: str) -> str:
 
     papermill's parser skips any line with more than one ``=``, and the default variants
     and pairs are version pins (``vllm==0.32.0``): such a default is written as an empty
-    list, which :func:`kvqueue.params.bench.from_notebook` and
-    :meth:`kvqueue.params.report.ReportSettings.from_dict` read as "the default".
+    list, which :func:`kvqueue.params.bench_params.from_notebook` and
+    :meth:`kvqueue.params.report_params.ReportSettings.from_dict` read as "the default".
     """
     assert "=" not in help_, f"papermill cannot parse a help with '=': {help_}"
     text = literal(default)

@@ -88,7 +88,7 @@ class Workload:
     decodes of ~130 tokens, 48 concurrent sessions on a 16,384-block pool, half the
     requests sharing one of 32 prompt prefixes. ``warmup_steps`` and ``steps`` drive
     :meth:`Churn.run` in the invariant check; a policy run counts engine age in pool
-    turnovers instead (:mod:`kvqueue.policy.measure`).
+    turnovers instead (:mod:`kvqueue.policy.age_windows`).
     """
 
     pool: int = 16_384

@@ -20,7 +20,7 @@ policy, and the contiguous policy against a list model of its description:
   :data:`MIN_BIG_ALLOCATIONS` allocations of ``threshold`` blocks or more (the check
   workload's prefills scale with the threshold, :func:`check_workload`).
 
-Standard library only: ``python -m kvqueue.policy.worker --check`` runs it in the
+Standard library only: ``python -m kvqueue.policy.policy_worker --check`` runs it in the
 measured interpreter before anything is timed.
 """
 

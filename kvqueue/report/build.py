@@ -2,7 +2,8 @@
 
 Steps (``docs/design.md`` §7):
 
-1. rebuild ``data/processed/`` from every run under ``data/raw/`` (:mod:`kvqueue.report.processed`);
+1. rebuild ``data/processed/`` from every run under ``data/raw/``
+   (:mod:`kvqueue.report.processed_build`);
 2. execute ``notebooks/report.ipynb`` with papermill into ``reports/report.ipynb`` (it
    shows the sections of :mod:`kvqueue.report.sections` and draws the figures into
    ``reports/figures/``);
@@ -30,11 +31,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvqueue.analysis import ledger, rawdata
 from kvqueue.kernel import quiet_kernel_manager_class
-from kvqueue.params.report import ReportSettings
+from kvqueue.params.report_params import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
-from kvqueue.report import figures, processed, writeup
+from kvqueue.processed import store
+from kvqueue.rawdata import raw_reader, run_ledger
+from kvqueue.report import figures, processed_build, run_cache, writeup
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -196,17 +198,17 @@ def report(
         return now
 
     try:
-        data = processed.build(
+        data = processed_build.build(
             raw_dir, processed_dir, settings, progress=lambda line: print(line, flush=True)
         )
-    except rawdata.RawDataError as exc:
+    except raw_reader.RawDataError as exc:
         print(f"kvqueue report: {exc}", file=sys.stderr)
         return 2
-    left = ledger.left_out_lines(data.ledger)
+    left = run_ledger.left_out_lines(data.ledger)
     for line in left:
         print(f"report: {line}", flush=True)
     scope = _scope_text(settings)
-    if not (data.ledger["use"] != ledger.LEFT_OUT).any():
+    if not (data.ledger["use"] != run_ledger.LEFT_OUT).any():
         print(
             f"kvqueue report: {raw_dir}{scope}: no usable run"
             + (f" ({len(left)} left out, named above)" if left else " (no run folder found)"),
@@ -269,16 +271,16 @@ def _beside(
     """Run :func:`_beside_the_kernel` beside the notebook's kernel; yield what waits for
     its result. Leaving the block early (the notebook failed, Ctrl-C) stops it.
 
-    A forked process where :func:`kvqueue.report.processed.can_fork`, else a thread. A
+    A forked process where :func:`kvqueue.report.processed_build.can_fork`, else a thread. A
     process has its own GIL: in a thread, the drawing slowed this process's papermill
     import and kernel start (the kernel drew its first figure 5.4 s after it was
     started, against 3.5 s). It ignores Ctrl-C and is terminated instead, at once.
     """
     import multiprocessing
 
-    if processed.can_fork():
+    if run_cache.can_fork():
         context = multiprocessing.get_context("fork")
-        pool = context.Pool(1, initializer=processed.ignore_interrupts)
+        pool = context.Pool(1, initializer=run_cache.ignore_interrupts)
         pending = pool.apply_async(_beside_the_kernel, (processed_dir, out, cases))
         fetched: list[bool] = []
 
@@ -307,7 +309,7 @@ def _beside_the_kernel(processed_dir: Path, out: Path, cases: Sequence[str]) -> 
     """The work beside the kernel: :data:`AHEAD_OF_THE_KERNEL` into the report's figure
     cache (not into its figures folder, which holds only what the notebook shows), then
     the writeups (newest question first)."""
-    data = processed.load(processed_dir)
+    data = store.load(processed_dir)
     with tempfile.TemporaryDirectory(prefix="kvq-ahead-") as scratch:
         for name in AHEAD_OF_THE_KERNEL:
             figures.draw(data, name, scratch, cache=out / figures.CACHE_FOLDER)

@@ -1,15 +1,22 @@
-"""Charts of the report (matplotlib, styled by :mod:`kvqueue.plotstyle`), drawn from the
+"""Charts of the report (seaborn, through :mod:`kvqueue.plotstyle`), drawn from the
 processed tables.
 
 Figures are built as :class:`matplotlib.figure.Figure` objects (no pyplot state, so
 nothing is shown twice in a notebook) and saved as PNG under ``reports/figures/``,
 where both the HTML report (embedded) and the Markdown writeup (linked) use them.
+Panels are drawn with seaborn's axes-level functions on the figure's subplots: its
+figure-level ones (``catplot``, ``FacetGrid``) make pyplot figures, which a notebook's
+inline backend shows a second time. Where seaborn made one artist per category and
+series, and drawing took twice as long, the panel is drawn by hand (each function says
+which, with the times measured on the committed data). seaborn is imported only when a
+figure is drawn (:func:`kvqueue.plotstyle.seaborn`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import tempfile
@@ -20,17 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from matplotlib import rcParams
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from kvqueue import plotstyle, schema
-from kvqueue.analysis import ab, stats
+from kvqueue.ab import ab_analysis
+from kvqueue.ab.ab_tables import HEADLINE_CASES
 from kvqueue.formatting import ci_header, fmt_pool
-from kvqueue.history import report as history_report
-from kvqueue.policy import report as policy_report
-from kvqueue.report import processed
-from kvqueue.report.ab_tables import HEADLINE_CASES
+from kvqueue.history import history_present
+from kvqueue.policy import policy_present
+from kvqueue.processed import store
+from kvqueue.stats import paired_stats
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -91,17 +101,19 @@ def _headline(df: pd.DataFrame, phase: str = "main") -> pd.DataFrame:
     return df[(df["phase"] == phase) & df["headline"].fillna(False)]
 
 
-def _comparisons(data: processed.Processed, df: pd.DataFrame) -> list[tuple[str, str, str]]:
+def _comparisons(data: store.Processed, df: pd.DataFrame) -> list[tuple[str, str, str]]:
     """Comparisons present in ``df``, configured pairs first, A/A pairs last."""
     present = {
         (c, b, k) for c, b, k in zip(df["candidate"], df["baseline"], df["kind"], strict=True)
     }
     order = {p: i for i, p in enumerate(data.settings.pairs)}
-    return sorted(present, key=lambda t: (t[2] == ab.AA, order.get((t[0], t[1]), 99), t[0], t[1]))
+    return sorted(
+        present, key=lambda t: (t[2] == ab_analysis.AA, order.get((t[0], t[1]), 99), t[0], t[1])
+    )
 
 
 def _panel_title(cand: str, base: str, kind: str) -> str:
-    prefix = "A/A noise floor: " if kind == ab.AA else ""
+    prefix = "A/A noise floor: " if kind == ab_analysis.AA else ""
     return f"{prefix}{cand}\nvs {base}"
 
 
@@ -110,7 +122,7 @@ def _panel_title(cand: str, base: str, kind: str) -> str:
 
 
 def forest(
-    data: processed.Processed, *, phase: str = "main", cases: Sequence[str] | None = None
+    data: store.Processed, *, phase: str = "main", cases: Sequence[str] | None = None
 ) -> Figure:
     """Forest plot: reduction with its CI per case x pool, one panel per comparison.
 
@@ -138,6 +150,10 @@ def forest(
     cells = _ordered_cells(df)
     series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
     style = _series_style(series)
+    df = df.assign(
+        cell=[_case_pool_label(c, int(p)) for c, p in zip(df["case"], df["pool"], strict=True)],
+        series=[_series_label(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)],
+    )
     n_rows = len(cells) * max(1, len(series))
     # 0.15 in per plotted row, so that the headline forest fits on the report's first
     # screen under the summary; title, legend (on top, where it is read first) and axis
@@ -145,55 +161,22 @@ def forest(
     legend_cols = _legend_cols([_series_label(*s) for s in series])
     legend_rows = -(-len(series) // legend_cols)
     height = max(2.6, 1.1 + 0.25 * legend_rows + 0.15 * n_rows)
-    with plotstyle.whitegrid():
+    with plotstyle.theme():
         fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
         axes = np.atleast_1d(fig.subplots(1, len(comps), sharey=True, squeeze=False)[0])
         delta = data.settings.delta * 100
-        step = 0.8 / max(1, len(series))
         missing_ci = False
         for ax, (cand, base, kind) in zip(axes, comps, strict=True):
             sub = df[(df["candidate"] == cand) & (df["baseline"] == base) & (df["kind"] == kind)]
             ax.axvspan(-delta, delta, color="0.85", zorder=0, lw=0)
             ax.axvline(0, color="0.3", lw=1, zorder=1)
-            for j, ser in enumerate(series):
-                s = sub[(sub["host"] == ser[0]) & (sub["interpreter"] == ser[1])]
-                y = [
-                    cells.index((c, int(p))) - 0.4 + step * (j + 0.5)
-                    for c, p in zip(s["case"], s["pool"], strict=True)
-                ]
-                s = s.assign(_y=y)
-                has_ci = s["ci_low"].notna() & s["ci_high"].notna()
-                ok = s[has_ci]
-                if len(ok):
-                    ax.errorbar(
-                        ok["reduction"] * 100,
-                        ok["_y"],
-                        xerr=[
-                            (ok["reduction"] - ok["ci_low"]) * 100,
-                            (ok["ci_high"] - ok["reduction"]) * 100,
-                        ],
-                        fmt=style[ser][1],
-                        ms=5,
-                        capsize=3,
-                        color=style[ser][0],
-                        label=_series_label(*ser),
-                        zorder=3,
-                    )
-                no_ci = s[~has_ci]
-                if len(no_ci):
-                    # Hollow: a point estimate without a CI (too few processes).
-                    ax.plot(
-                        no_ci["reduction"] * 100,
-                        no_ci["_y"],
-                        style[ser][1],
-                        ms=6,
-                        mfc="white",
-                        color=style[ser][0],
-                        label=None if len(ok) else _series_label(*ser),
-                        zorder=3,
-                    )
-                    missing_ci = True
+            missing_ci |= _points_and_intervals(ax, sub, cells, series, style)
             ax.set_title(_panel_title(cand, base, kind), fontsize=11)
+            ax.set_xlabel("")
+            ax.set_ylabel("")
+            # Each case · pool is a band of dodged series, between the separators
+            # below: a grid line through its middle would run between two series.
+            ax.yaxis.grid(False)
         # One label under all panels: per panel it overlaps its neighbours' when there
         # are three comparisons and an A/A pair.
         fig.supxlabel("time reduction, % (> 0: candidate faster)", fontsize=12)
@@ -204,20 +187,19 @@ def forest(
             for ax in axes:
                 ax.axhline(k + 0.5, color="0.9", lw=0.8, zorder=0)
         ci = ci_header(data.settings.confidence)
-        handles, labels = axes[0].get_legend_handles_labels()
-        for ax in axes[1:]:
-            h, lab = ax.get_legend_handles_labels()
-            for hh, ll in zip(h, lab, strict=True):
-                if ll not in labels:
-                    handles.append(hh)
-                    labels.append(ll)
+        handles = [
+            Line2D([], [], marker=style[s][1], ms=5, color=style[s][0], linestyle="none")
+            for s in series
+        ]
         hollow = (
-            f"; hollow: no CI (fewer than {stats.MIN_PROCESSES} processes)" if missing_ci else ""
+            f"; hollow: no CI (fewer than {paired_stats.MIN_PROCESSES} processes)"
+            if missing_ci
+            else ""
         )
         # The title is the legend's title: a suptitle and an "outside" legend overlap.
         fig.legend(
             handles,
-            labels,
+            [_series_label(*s) for s in series],
             loc="outside upper center",
             ncols=legend_cols,
             fontsize=10,
@@ -231,11 +213,72 @@ def forest(
     return fig
 
 
+def _points_and_intervals(
+    ax: Axes,
+    sub: pd.DataFrame,
+    cells: Sequence[tuple[str, int]],
+    series: Sequence[tuple[str, str]],
+    style: Mapping[tuple[str, str], tuple[Any, str]],
+) -> bool:
+    """One panel of :func:`forest`: per cell, each series' reduction and CI (a
+    ``pointplot`` of the given intervals, series dodged), hollow where there is no CI.
+
+    ``pointplot`` makes one line per interval: the headline forest took 0.86 s against
+    0.71 s with one ``errorbar`` per series, the forest of every case 1.40 s against
+    0.83 s (draw and save, committed data, best of 6): kept, at most 0.6 s more.
+    Returns whether a point without a CI was drawn.
+    """
+    sns = plotstyle.seaborn()
+    names = [_series_label(*s) for s in series]
+    common: dict[str, Any] = {
+        "x": "value",
+        "y": "cell",
+        "hue": "series",
+        "order": [_case_pool_label(c, p) for c, p in cells],
+        "hue_order": names,
+        "palette": {name: style[s][0] for name, s in zip(names, series, strict=True)},
+        "markers": [style[s][1] for s in series],
+        "linestyle": "none",
+        # The centres of _dodge: side by side over 0.8 of the category.
+        "dodge": 0.8 - _dodge(0, len(series))[1] if len(series) > 1 else False,
+        "markersize": 5,
+        "markeredgewidth": 1,
+        "legend": False,
+        "zorder": 3,
+        "ax": ax,
+    }
+    has_ci = sub["ci_low"].notna() & sub["ci_high"].notna()
+    if has_ci.any():
+        sns.pointplot(
+            data=plotstyle.given_intervals(
+                sub[has_ci], "reduction", "ci_low", "ci_high", scale=100
+            ),
+            estimator=plotstyle.given_estimate,
+            errorbar=plotstyle.given_interval,
+            # Caps of ~6 pt, as matplotlib's errorbar(capsize=3) drew them.
+            capsize=0.75 * _dodge(0, len(series))[1],
+            # errorbar's width (pointplot's default is 1.8 times it).
+            linewidth=rcParams["lines.linewidth"],
+            **common,
+        )
+    no_ci = sub[~has_ci]
+    if len(no_ci):
+        # Hollow: a point estimate without a CI (too few processes).
+        sns.pointplot(
+            data=plotstyle.given_intervals(no_ci, "reduction", "reduction", "reduction", scale=100),
+            estimator=plotstyle.given_estimate,
+            errorbar=None,
+            markerfacecolor="white",
+            **{**common, "markersize": 6},
+        )
+    return bool(len(no_ci))
+
+
 # ---------------------------------------------------------------------------------------
 # per-process ratios
 
 
-def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
+def process_ratios(data: store.Processed, *, phase: str = "main") -> Figure:
     """Per-process reductions ``1 - r(p)`` with the median, one panel row per comparison.
 
     Parameters
@@ -264,7 +307,7 @@ def process_ratios(data: processed.Processed, *, phase: str = "main") -> Figure:
     order = [_case_pool_label(c, p) for c, p in _ordered_cells(df)]
     series = sorted(df["series"].unique())
     palette = dict(zip(series, plotstyle.palette(len(series)), strict=True))
-    with plotstyle.whitegrid():
+    with plotstyle.theme():
         fig = Figure(figsize=(WIDTH_IN, 3.6 * len(comps) + 1.0), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(comps), 1, squeeze=False)[:, 0]
         for ax, (cand, base, kind) in zip(axes, comps, strict=True):
@@ -303,8 +346,10 @@ def _dots_and_medians(
     dots (dodged side by side when there are several series) and their median as a
     black bar.
 
-    One ``scatter`` per series: seaborn's stripplot made one artist per cell × series
-    and took 1.9 s of the figure's 2.7 s on the committed data.
+    Drawn by hand, one ``scatter`` per series: seaborn's ``stripplot`` makes one per
+    cell × series (336 for the committed data) and, with a median ``pointplot``, took
+    the figure from 2.3 s to 5.0 s (draw and save); its jitter also draws from numpy's
+    global random state, not the seeded ``rng``.
     """
     cell_x = {c: i for i, c in enumerate(order)}
     for k, ser in enumerate(series):
@@ -335,7 +380,7 @@ def _dots_and_medians(
 # ns per cycle per variant
 
 
-def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
+def ns_per_variant(data: store.Processed, *, phase: str = "main") -> Figure:
     """Median ns/cycle per variant and case; dots are per-process medians (log scale).
 
     Parameters
@@ -357,12 +402,12 @@ def ns_per_variant(data: processed.Processed, *, phase: str = "main") -> Figure:
     for lab in data.variants.sort_values("position", kind="stable")["label"]:
         var_rank.setdefault(lab, len(var_rank))
     variants = sorted(df["variant"].unique(), key=lambda v: (var_rank.get(v, 99), v))
-    palette = dict(zip(variants, plotstyle.colorblind(len(variants)), strict=True))
+    palette = dict(zip(variants, plotstyle.palette(len(variants)), strict=True))
     series = sorted({(h, i) for h, i in zip(df["host"], df["interpreter"], strict=True)})
     pools = sorted(df["pool"].unique())
     cases = sorted(df["case"].unique(), key=schema.case_key)
     rng = np.random.default_rng(data.settings.seed)  # the same jitter on every rebuild
-    with plotstyle.whitegrid():
+    with plotstyle.theme():
         fig = Figure(figsize=(WIDTH_IN, 3.4 * len(series) + 1.2), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(series), len(pools), squeeze=False, sharey=True)
         shown = df["median_ns"][df["median_ns"] > 0]
@@ -404,26 +449,39 @@ def _bars_and_dots(
     rng: np.random.Generator,
 ) -> None:
     """One panel of :func:`ns_per_variant`: per case, one bar per variant (the median of
-    its per-process medians), dodged, and every process as a jittered dot.
+    its per-process medians: a ``barplot``), dodged, and every process as a jittered dot.
 
-    Drawn with one ``bar`` call per variant and one ``scatter`` for every dot: seaborn's
-    barplot + stripplot made one artist per case × variant (896 scatter calls for the
-    committed data) and took most of the figure's time.
+    The dots are one ``scatter`` for the panel, drawn by hand: seaborn's ``stripplot``
+    makes one per case × variant (560 for the committed data) and took 0.29 s per panel
+    against 0.17 s for the hand-built bars and dots together. The ``barplot`` (one
+    ``bar`` per variant, and a pandas ``groupby`` per variant) took the figure from
+    4.97 s to 6.10 s (draw and save, committed data, best of 6): kept, as 1.1 s of a
+    figure drawn beside the report's kernel.
     """
     case_x = {c: i for i, c in enumerate(cases)}
     var_k = {v: k for k, v in enumerate(variants)}
     sub = sub[sub["case"].isin(case_x) & sub["variant"].isin(var_k)]
+    plotstyle.seaborn().barplot(
+        data=sub,
+        x="case",
+        y="median_ns",
+        hue="variant",
+        order=list(cases),
+        hue_order=list(variants),
+        palette=palette,
+        estimator="median",
+        errorbar=None,
+        saturation=1,  # the legend's colours
+        alpha=0.85,
+        legend=False,
+        zorder=2,
+        ax=ax,
+    )
     offset, width = _dodge(np.array([var_k[v] for v in sub["variant"]], dtype=float), len(variants))
     x = np.array([case_x[c] for c in sub["case"]], dtype=float) + offset
-    med = sub.groupby(["case", "variant"], sort=False)["median_ns"].median()
-    for v in variants:
-        cells = [(c, m) for (c, var), m in med.items() if var == v]
-        if cells:
-            xs = [case_x[c] + _dodge(var_k[v], len(variants))[0] for c, _ in cells]
-            ax.bar(xs, [m for _, m in cells], width, color=palette[v], alpha=0.85, zorder=2)
     jitter = rng.uniform(-0.1, 0.1, len(x)) * width * 2
     ax.scatter(x + jitter, sub["median_ns"], s=6, color="black", linewidths=0, zorder=3)
-    ax.set_xticks(range(len(cases)), list(cases))
+    ax.set_xticks(range(len(cases)), list(cases))  # also in a panel without data
     ax.set_xlim(-0.5, len(cases) - 0.5)
 
 
@@ -439,7 +497,7 @@ class FigureSpec:
 
     title: str
     alt: str
-    draw: Callable[[processed.Processed], Figure]
+    draw: Callable[[store.Processed], Figure]
     tables: tuple[str, ...]
 
 
@@ -482,7 +540,7 @@ FIGURES: dict[str, FigureSpec] = {
         "against engine age in pool turnovers (log axes), with confidence bands; the "
         "steady-state measurement shaded, the widest window's one-side runs ratio dotted, "
         "1 (lru) dashed; one panel per host, interpreter and regime.",
-        lambda data: policy_report.figure(data.policy),
+        lambda data: policy_present.figure(data.policy),
         ("policy",),
     ),
     "history": FigureSpec(
@@ -491,7 +549,7 @@ FIGURES: dict[str, FigureSpec] = {
         "distinct queue version, oldest to newest, labelled by the first release that "
         "shipped it, with 95% intervals; steps whose interval excludes 0 are numbered in red "
         "(above the point: slower; below: faster), with a key of their release ranges.",
-        lambda data: history_report.figure(data.history, data.history_steps),
+        lambda data: history_present.figure(data.history, data.history_steps),
         ("history", "history_steps"),
     ),
 }
@@ -525,14 +583,16 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
-def figure_key(data: processed.Processed, name: str, tables: Sequence[str], extra: str = "") -> str:
+def figure_key(data: store.Processed, name: str, tables: Sequence[str], extra: str = "") -> str:
     """The cache key of a figure: its name, the content of the tables it reads, the
     report settings, the package's code and the plotting libraries' versions."""
     import matplotlib
 
     h = hashlib.sha256()
     parts = [name, extra, repr(sorted(data.settings.to_dict().items())), _code_digest()]
-    parts += [matplotlib.__version__, str(DPI)]
+    # seaborn's version from its metadata: importing it would cost the 2.8 s that a
+    # process whose figures all come from the cache does not pay (kvqueue.plotstyle).
+    parts += [matplotlib.__version__, importlib.metadata.version("seaborn"), str(DPI)]
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")
@@ -590,9 +650,7 @@ def _evict(store: Path, name: str, keep: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def draw(
-    data: processed.Processed, name: str, folder: Path | str, cache: Path | None = None
-) -> Path:
+def draw(data: store.Processed, name: str, folder: Path | str, cache: Path | None = None) -> Path:
     """Draw figure ``name`` (a key of :data:`FIGURES`), save it as PNG, return the path
     (from the cache when its tables, settings and code are unchanged: :func:`cached`).
 

@@ -14,7 +14,8 @@ import html
 from collections.abc import Callable
 from pathlib import Path
 
-from kvqueue.report import figures, frames, processed
+from kvqueue.processed import store
+from kvqueue.report import figures, frames
 from kvqueue.report.sections import Section
 
 #: Style of the report (shown once, before the first section).
@@ -69,7 +70,7 @@ def section_html(section: Section) -> str:
     return f'<div class="{css}">\n' + "\n".join(parts) + "\n</div>"
 
 
-def show(section: Section, data: processed.Processed, figures_dir: Path | str) -> None:
+def show(section: Section, data: store.Processed, figures_dir: Path | str) -> None:
     """Display one section in the notebook; draw its figure into ``figures_dir``.
 
     Parameters

@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.analysis import ab, stats
+from kvqueue.ab import ab_analysis, validation_tables
 from kvqueue.formatting import fmt_pct, is_na
-from kvqueue.report import check_tables, processed
+from kvqueue.processed import store
+from kvqueue.stats import paired_stats
 
 
 def _num(value: object) -> str:
@@ -77,7 +78,7 @@ def _design_sentence(group: pd.DataFrame) -> str:
     return text
 
 
-def _gate_sentence(data: processed.Processed, heads: pd.DataFrame) -> str:
+def _gate_sentence(data: store.Processed, heads: pd.DataFrame) -> str:
     """State the validation-gate outcome as recorded in run.json, never assume it."""
     v = data.variants.merge(heads[["host", "run_id"]], on=["host", "run_id"])
     passed = v["gate_ok"].fillna(False).astype(bool)
@@ -94,7 +95,7 @@ def _gate_sentence(data: processed.Processed, heads: pd.DataFrame) -> str:
     return f"The run metadata records no passed validation gate for: {missing}."
 
 
-def methods_paragraph(data: processed.Processed) -> str:
+def methods_paragraph(data: store.Processed) -> str:
     """The methods paragraph (Markdown) with the real parameters of the headline runs.
 
     Parameters
@@ -141,12 +142,14 @@ def methods_paragraph(data: processed.Processed) -> str:
             "For each process p we take the median ns per cycle m(p) of its samples and the "
             "paired ratio r(p) = m_candidate(p) / m_baseline(p). The reduction is "
             f"1 − median_p r(p), with {_ci_method_sentence(s, ci)} (no interval with fewer "
-            f"than {stats.MIN_PROCESSES} processes, where no interval for a median can reach "
+            f"than {paired_stats.MIN_PROCESSES} processes, where no interval for a median "
+            "can reach "
             "95% coverage). Baseline and "
             "candidate ns per cycle are medians "
             "over processes of m(p), aggregated independently; noise is the median sample "
             "coefficient of variation within a process. The verdict uses only the CI: "
-            f'"{stats.no_change_label(s.delta)}" when the CI lies within ±{s.delta * 100:g}%, '
+            f'"{paired_stats.no_change_label(s.delta)}" when the CI lies within '
+            f"±{s.delta * 100:g}%, "
             '"faster" when it lies above 0, "slower" when below 0, otherwise '
             '"inconclusive". An order-effect check estimates, per process, the slope of log '
             "time against the variant's position in its round (variant levels removed) and "
@@ -157,7 +160,7 @@ def methods_paragraph(data: processed.Processed) -> str:
     return "\n\n".join(parts)
 
 
-def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str], bool]:
+def _variants_arg(data: store.Processed, run: pd.Series) -> tuple[list[str], bool]:
     v = data.variants[
         (data.variants["host"] == run["host"]) & (data.variants["run_id"] == run["run_id"])
     ]
@@ -166,7 +169,7 @@ def _variants_arg(data: processed.Processed, run: pd.Series) -> tuple[list[str],
     sources = [
         _variant_arg(r.label, r.source, getattr(r, "commit", ""))
         for r in v.itertuples(index=False)
-        if not (aa and ab.aa_original(r.label) is not None)
+        if not (aa and ab_analysis.aa_original(r.label) is not None)
     ]
     return sources, aa
 
@@ -183,10 +186,10 @@ def _variant_arg(label: str, source: str, commit: object) -> str:
 _ARGS_PER_LINE = 5
 
 
-def _bench_args(data: processed.Processed, r: pd.Series) -> tuple[tuple[str, ...], ...]:
+def _bench_args(data: store.Processed, r: pd.Series) -> tuple[tuple[str, ...], ...]:
     """The ``make bench`` arguments of one run but ``HOST`` and ``PYTHON``, a few to a
     line: the variants, then every other parameter as the run recorded it
-    (:func:`kvqueue.params.bench.make_assignments`), so the command still repeats the run
+    (:func:`kvqueue.params.bench_params.make_assignments`), so the command still repeats the run
     after a default changes."""
     sources, _ = _variants_arg(data, r)
     assigned = [f"{var}={shlex.quote(text)}" for var, text in json.loads(str(r["make_args"]))]
@@ -208,7 +211,7 @@ class CommandRun(NamedTuple):
     args: tuple[tuple[str, ...], ...]  # every assignment but HOST and PYTHON, per line
 
 
-def ledger_runs(data: processed.Processed, runs: pd.DataFrame) -> list[CommandRun]:
+def ledger_runs(data: store.Processed, runs: pd.DataFrame) -> list[CommandRun]:
     """The :class:`CommandRun` of each ``host``/``run_id`` row of ``runs``, from the
     ``ledger`` (what each run's ``run.json`` recorded); a run the ledger does not know
     gets no arguments."""
@@ -278,7 +281,7 @@ def make_commands(target: str, runs: list[CommandRun]) -> list[str]:
     return lines
 
 
-def reproduce_commands(data: processed.Processed) -> str:
+def reproduce_commands(data: store.Processed) -> str:
     """Shell commands that re-collect each headline run and rebuild the report.
 
     Runs of one host that differ only in the interpreter share one command in a loop
@@ -315,7 +318,7 @@ def reproduce_commands(data: processed.Processed) -> str:
     return "```sh\n" + "\n".join(lines) + "\n```"
 
 
-def validation_paragraph(data: processed.Processed) -> str:
+def validation_paragraph(data: store.Processed) -> str:
     """One paragraph (Markdown): the validation gate, the A/A noise floor, the order effect.
 
     Parameters
@@ -331,7 +334,9 @@ def validation_paragraph(data: processed.Processed) -> str:
     if heads.empty:
         return "No complete run was found, so nothing was validated."
     parts = [f"**Gate.** {_gate_sentence(data, heads)}"]
-    aa = data.summary[(data.summary["kind"] == ab.AA) & data.summary["headline"].fillna(False)]
+    aa = data.summary[
+        (data.summary["kind"] == ab_analysis.AA) & data.summary["headline"].fillna(False)
+    ]
     n_aa_runs = aa[["host", "run_id"]].drop_duplicates().shape[0]
     if aa.empty:
         parts.append(
@@ -349,8 +354,8 @@ def validation_paragraph(data: processed.Processed) -> str:
                 f"; the A/A CI half-widths are {fmt_pct(half.min(), 2)} to "
                 f"{fmt_pct(half.max(), 2)} (median {fmt_pct(half.median(), 2)})"
             )
-        parts.append(f"{text}. {check_tables.aa_summary(data)}".rstrip())
-    parts.append(f"**Order effect.** {check_tables.order_summary(data)}")
+        parts.append(f"{text}. {validation_tables.aa_summary(data)}".rstrip())
+    parts.append(f"**Order effect.** {validation_tables.order_summary(data)}")
     return " ".join(parts)
 
 
@@ -359,7 +364,7 @@ def _unique(values: pd.Series) -> str:
     return " / ".join(seen) if seen else "not recorded"
 
 
-def environment_lines(data: processed.Processed) -> list[str]:
+def environment_lines(data: store.Processed) -> list[str]:
     """One Markdown bullet per host: machine, interpreters and project state of its runs.
 
     Parameters
@@ -401,11 +406,11 @@ def environment_lines(data: processed.Processed) -> list[str]:
 
 def _ci_method_sentence(s: Any, ci: str) -> str:
     """How the reduction's interval is computed, with its measured coverage."""
-    if s.method == stats.ORDER_STATISTIC:
+    if s.method == paired_stats.ORDER_STATISTIC:
         return (
             f"the {ci} order-statistic confidence interval of the median, interpolated "
             "between adjacent order statistics (Hettmansperger & Sheather 1986; no "
-            "resampling). Chosen by measured coverage (`kvqueue/analysis/coverage.py`): over "
+            "resampling). Chosen by measured coverage (`methods/coverage.py`): over "
             "n = 6-31 processes and Gaussian, Student-t3, contaminated, skewed and "
             "outlying process effects it covered 94.1-95.7% in simulation (the percentile "
             "bootstrap used before: 92-94% at n >= 11), and 302 of the 320 A/A intervals "

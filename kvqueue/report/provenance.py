@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.analysis import ab
+from kvqueue.ab import ab_analysis
 from kvqueue.formatting import is_na
-from kvqueue.report import processed
+from kvqueue.processed import store
 
 #: Columns of ``runs`` shown by :func:`runs_table` under their own header.
 _RUNS_HEADERS = {
@@ -111,7 +111,7 @@ def _cell_text(value: object) -> str:
     return str(value)
 
 
-def runs_table(data: processed.Processed) -> pd.DataFrame:
+def runs_table(data: store.Processed) -> pd.DataFrame:
     """Every run found: which one each headline table uses, which were left out and why.
 
     Generic over the columns of ``runs``: a column that no other table shows (a note
@@ -178,14 +178,14 @@ def runs_table(data: processed.Processed) -> pd.DataFrame:
     return out
 
 
-def _ledger(data: processed.Processed) -> pd.DataFrame:
+def _ledger(data: store.Processed) -> pd.DataFrame:
     """The ``ledger`` table (empty with its columns when an older build lacks it)."""
     if len(data.ledger.columns):
         return data.ledger
     return pd.DataFrame({c: pd.Series(dtype=object) for c in schema.PROCESSED_TABLES["ledger"]})
 
 
-def environment_table(data: processed.Processed) -> pd.DataFrame:
+def environment_table(data: store.Processed) -> pd.DataFrame:
     """Machine and interpreter of each headline run, one column per run.
 
     Transposed (fields as rows) so that several hosts with long CPU names still fit.
@@ -240,7 +240,7 @@ def environment_table(data: processed.Processed) -> pd.DataFrame:
     return out
 
 
-def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.DataFrame:
+def variants_table(data: store.Processed, *, sha_chars: int = 12) -> pd.DataFrame:
     """Provenance of the variants of the headline runs, one row per distinct variant.
 
     A variant measured identically (same source, digests, block class and gate result)
@@ -275,7 +275,7 @@ def variants_table(data: processed.Processed, *, sha_chars: int = 12) -> pd.Data
             role = "baseline"
         elif not is_na(r.is_bound) and bool(r.is_bound):
             role = "bound (not a candidate)"
-        elif ab.aa_original(r.label) is not None:
+        elif ab_analysis.aa_original(r.label) is not None:
             role = f"A/A copy of {r.source}"
         else:
             role = "candidate"
@@ -316,7 +316,7 @@ def _int(value: object) -> str:
     return "–" if is_na(value) else str(int(value))  # type: ignore[call-overload]
 
 
-def runs_note(data: processed.Processed) -> str:
+def runs_note(data: store.Processed) -> str:
     """Which runs the headline tables use, which are not headline runs and which were left
     out (each with its note: status, altered, quick, older)."""
     r = data.runs

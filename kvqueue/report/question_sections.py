@@ -9,7 +9,7 @@ and holds nothing else:
   commands, the runs used (folded);
 - **release history**: the versions compared, each significant step with its change
   (range over the cells), the figure, per step a folded diff of the queue and block
-  classes (:mod:`kvqueue.history.diffs`), the full step table and the method (folded),
+  classes (:mod:`kvqueue.history.history_diffs`), the full step table and the method (folded),
   the reproduce commands;
 - **policy study**: the policy section of the report, and the reproduce command.
 
@@ -25,15 +25,16 @@ from pathlib import Path
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.analysis import ab, stats
+from kvqueue.ab import ab_analysis, ab_tables, count_tables
+from kvqueue.ab.ab_tables import CASE_CYCLES, HEADLINE_CASES
 from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
-from kvqueue.history import diffs
-from kvqueue.history import report as history_report
-from kvqueue.policy import report as policy_report
-from kvqueue.report import ab_tables, count_tables, figures, processed, prose, provenance, questions
-from kvqueue.report.ab_tables import CASE_CYCLES, HEADLINE_CASES
+from kvqueue.history import history_diffs, history_present
+from kvqueue.policy import policy_present
+from kvqueue.processed import store
+from kvqueue.report import figures, prose, provenance, questions
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
+from kvqueue.stats import paired_stats
 
 #: Figures of each kind of question (keys of :data:`kvqueue.report.figures.FIGURES`, or
 #: ``forest`` drawn for the selected cases).
@@ -44,7 +45,7 @@ _FIGURES = {
 }
 
 
-def cases_shown(data: processed.Processed, cases: Sequence[str]) -> list[str]:
+def cases_shown(data: store.Processed, cases: Sequence[str]) -> list[str]:
     """The selected cases that the question's runs measured (in the report's case order)."""
     present = ab_tables.present_cases(data, "main")
     return [c for c in present if c in cases]
@@ -119,10 +120,10 @@ def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str
         "them. *Reduction* = 1 − median over processes of the per-process time ratio "
         "candidate/baseline (> 0: the candidate is faster)."
     )
-    few = heads[heads["processes"].fillna(0).astype(float) < stats.MIN_PROCESSES]
+    few = heads[heads["processes"].fillna(0).astype(float) < paired_stats.MIN_PROCESSES]
     if len(few):
         text += (
-            f" {len(few)} of {len(heads)} runs have fewer than {stats.MIN_PROCESSES} "
+            f" {len(few)} of {len(heads)} runs have fewer than {paired_stats.MIN_PROCESSES} "
             "processes: their intervals read n/a (too few processes)."
         )
     missing = [c for c in cases if c not in shown]
@@ -221,16 +222,16 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     return out
 
 
-def _pair_variants(question: Question) -> processed.Processed:
+def _pair_variants(question: Question) -> store.Processed:
     """The data with only the pair's variants and their A/A copies (the runs' other
     variants belong to other questions; the reproduce commands still name them all)."""
     v = question.data.variants
     pair = set(question.pair or ())
-    own = v["label"].map(lambda x: str(x) in pair or ab.aa_original(str(x)) in pair)
+    own = v["label"].map(lambda x: str(x) in pair or ab_analysis.aa_original(str(x)) in pair)
     return replace(question.data, variants=v[own])
 
 
-def _runs_used(data: processed.Processed) -> str:
+def _runs_used(data: store.Processed) -> str:
     heads = data.headline_runs()
     return "\n".join(
         f"- {r.host}/{r.run_id}: {r.interpreter}, {_int(r.processes)} processes, "
@@ -296,7 +297,7 @@ def _history(question: Question) -> list[Section]:
         "ratio newer/older − 1 (+ = the newer release is slower); significant: its "
         f"{ci_header(data.settings.confidence)} excludes 0."
     )
-    numbers = history_report.step_numbers(steps, versions)
+    numbers = history_present.step_numbers(steps, versions)
     lines = _step_lines(steps, numbers)
     answer = (
         "Significant steps, numbered as in the figure (lowest to highest change over the "
@@ -316,12 +317,12 @@ def _history(question: Question) -> list[Section]:
                 "diffs",
                 "What changed at each significant step",
                 note=(
-                    f"Unified diff of {' and '.join(f'`{c}`' for c in diffs.CLASSES)} "
+                    f"Unified diff of {' and '.join(f'`{c}`' for c in history_diffs.CLASSES)} "
                     "between the two versions, read from the local release cache when "
                     "the report was built (never committed).\n\n"
                     + "\n\n".join(
                         f"<details><summary>{r.number}. {r.release_range}</summary>\n\n"
-                        + diffs.step_diff(
+                        + history_diffs.step_diff(
                             _releases(versions, r.from_version, "last_release"),
                             _releases(versions, r.to_version, "first_release"),
                         )
@@ -331,7 +332,7 @@ def _history(question: Question) -> list[Section]:
                 ),
             )
         )
-    table = history_report.step_table(steps, data.count_steps)
+    table = history_present.step_table(steps, data.count_steps)
     if not table.empty:
         out.append(
             Section(
@@ -342,7 +343,7 @@ def _history(question: Question) -> list[Section]:
             )
         )
     out += [
-        Section("method", "Method", note=history_report.note(versions), detail=True),
+        Section("method", "Method", note=history_present.note(versions), detail=True),
         Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
     ]
     return out
@@ -352,7 +353,7 @@ def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     """Releases that shipped a history version, in the order to look them up in the
     cache: ``first`` (the step's own release: the older version's last, the newer's
     first, as the step label names them), then the others (``[]``: not a release)."""
-    own = diffs.release_of(version)
+    own = history_diffs.release_of(version)
     if own is None:
         return []
     rows = versions[versions["version"] == version]
@@ -360,7 +361,7 @@ def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     return list(dict.fromkeys([*named, own]))
 
 
-def _commands(target: str, data: processed.Processed, runs: pd.DataFrame) -> str:
+def _commands(target: str, data: store.Processed, runs: pd.DataFrame) -> str:
     """The Reproduce block of a history or policy writeup: ``make <target>`` with the
     parameters each run recorded (:func:`kvqueue.report.prose.make_commands`), then
     ``make report``."""
@@ -380,9 +381,9 @@ def _version_rank(interpreter: str) -> tuple[int, ...]:
 
 def _policy(question: Question) -> list[Section]:
     data = question.data
-    table = policy_report.display_table(data.policy)
+    table = policy_present.display_table(data.policy)
     # The steady-state runs the table shows; the older protocol's are named in one line
-    # of the method (policy_report.older_runs) and cannot be repeated by today's code.
+    # of the method (policy_present.older_runs) and cannot be repeated by today's code.
     shown_runs = (
         data.policy[
             (data.policy["protocol"] == schema.POLICY_PROTOCOL)
@@ -393,12 +394,12 @@ def _policy(question: Question) -> list[Section]:
     )
     runs = shown_runs[["host", "interpreter", "run_id", "regime"]].drop_duplicates()
     runs = runs.assign(regime=runs["regime"].fillna(""))
-    older = policy_report.older_runs(data.policy)
+    older = policy_present.older_runs(data.policy)
     # The note is the method (two paragraphs), then one reading per host × interpreter ×
     # regime (about 1,000 characters each). The first host's newest interpreter, one
     # reading per regime, is the visible answer; every reading is folded below it (eight
     # visible readings took 10,591 characters of 1 host × 4 interpreters' 8,000).
-    paragraphs = policy_report.note(data.policy, data.settings.confidence).split("\n\n")
+    paragraphs = policy_present.note(data.policy, data.settings.confidence).split("\n\n")
     method, readings = "\n\n".join(paragraphs[:2]), paragraphs[2:]
     if older and len(table):
         # The line naming the older protocol's runs belongs to the method, not the answer.

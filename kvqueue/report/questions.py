@@ -11,7 +11,7 @@ A *question* is what one writeup answers (:mod:`kvqueue.report.writeup`):
 - a **policy study**: the headline policy runs.
 
 :func:`find` returns them newest first (by the newest run that answers each), each with a
-:class:`~kvqueue.report.processed.Processed` scoped to it: only its rows, the ``headline``
+:class:`~kvqueue.processed.store.Processed` scoped to it: only its rows, the ``headline``
 columns recomputed so that every table and figure function of the report, given the
 scoped data, shows that question and nothing else.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from kvqueue.analysis import ab
-from kvqueue.report import processed
+from kvqueue.ab import ab_analysis
+from kvqueue.processed import store
 
 AB = "ab"
 HISTORY = "history"
@@ -55,7 +55,7 @@ class Question:
     slug: str
     title: str
     newest: str
-    data: processed.Processed
+    data: store.Processed
     pair: tuple[str, str] | None = None
 
     @property
@@ -85,10 +85,12 @@ def _run_rank(runs: pd.DataFrame) -> pd.Series:
     return tier.astype(str) + "|" + runs["run_id"].astype(str)
 
 
-def _scope_ab(data: processed.Processed, pair: tuple[str, str]) -> processed.Processed | None:
+def _scope_ab(data: store.Processed, pair: tuple[str, str]) -> store.Processed | None:
     """The tables of one comparison (module docstring), or ``None`` if no run answers it."""
     s = data.summary
-    rows = s[(s["kind"] == ab.PAIR) & (s["candidate"] == pair[0]) & (s["baseline"] == pair[1])]
+    rows = s[
+        (s["kind"] == ab_analysis.PAIR) & (s["candidate"] == pair[0]) & (s["baseline"] == pair[1])
+    ]
     keys = rows[["host", "run_id"]].drop_duplicates()
     runs = data.runs.merge(keys, on=["host", "run_id"])
     runs = runs[runs["included"].fillna(False).astype(bool)]
@@ -109,11 +111,11 @@ def _scope_ab(data: processed.Processed, pair: tuple[str, str]) -> processed.Pro
 
     in_pair = set(pair)
     summary = mark(s)
-    aa_of = summary["candidate"].map(lambda c: ab.aa_original(str(c)))
+    aa_of = summary["candidate"].map(lambda c: ab_analysis.aa_original(str(c)))
     summary = summary[
-        ((summary["kind"] == ab.PAIR) & (summary["candidate"] == pair[0]))
+        ((summary["kind"] == ab_analysis.PAIR) & (summary["candidate"] == pair[0]))
         & (summary["baseline"] == pair[1])
-        | ((summary["kind"] == ab.AA) & aa_of.isin(in_pair))
+        | ((summary["kind"] == ab_analysis.AA) & aa_of.isin(in_pair))
     ]
     gap = mark(data.floor_gap)
     if not gap.empty:
@@ -145,11 +147,11 @@ def _scope_ab(data: processed.Processed, pair: tuple[str, str]) -> processed.Pro
     )
 
 
-def _ab_questions(data: processed.Processed) -> list[Question]:
+def _ab_questions(data: store.Processed) -> list[Question]:
     s = data.summary
     if s.empty:
         return []
-    main = s[(s["kind"] == ab.PAIR) & (s["phase"] == "main")]
+    main = s[(s["kind"] == ab_analysis.PAIR) & (s["phase"] == "main")]
     out = []
     for pair in dict.fromkeys(zip(main["candidate"], main["baseline"], strict=True)):
         scoped = _scope_ab(data, (str(pair[0]), str(pair[1])))
@@ -175,7 +177,7 @@ def _newest_source(history: pd.DataFrame) -> pd.Series:
     return last
 
 
-def _history_questions(data: processed.Processed) -> list[Question]:
+def _history_questions(data: store.Processed) -> list[Question]:
     h = data.history
     if h.empty:
         return []
@@ -218,7 +220,7 @@ def _history_questions(data: processed.Processed) -> list[Question]:
     return out
 
 
-def _policy_questions(data: processed.Processed) -> list[Question]:
+def _policy_questions(data: store.Processed) -> list[Question]:
     p = data.policy
     if p.empty or not p["headline"].astype(bool).any():
         return []
@@ -234,7 +236,7 @@ def _policy_questions(data: processed.Processed) -> list[Question]:
     return [Question(POLICY, "policy", "Allocation policies", str(head["run_id"].max()), scoped)]
 
 
-def find(data: processed.Processed) -> list[Question]:
+def find(data: store.Processed) -> list[Question]:
     """Every question of ``data``, newest first (module docstring).
 
     Parameters

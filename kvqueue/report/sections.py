@@ -1,7 +1,7 @@
 """The report's structure, defined once: an ordered list of :class:`Section` objects.
 
 Each section holds a heading, a note (Markdown), a display table (from
-:mod:`kvqueue.report.ab_tables`, :mod:`kvqueue.report.check_tables`,
+:mod:`kvqueue.ab.ab_tables`, :mod:`kvqueue.ab.validation_tables`,
 :mod:`kvqueue.report.provenance` or a question's report module) and/or the name of a
 figure (from :mod:`kvqueue.report.figures`), plus how to show it. Two renderers read the same list:
 
@@ -21,21 +21,15 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.analysis import stats
-from kvqueue.analysis.comparisons import PAIR
+from kvqueue.ab import ab_tables, count_tables, validation_tables
+from kvqueue.ab.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
 from kvqueue.formatting import ci_header
-from kvqueue.history import report as history_report
-from kvqueue.policy import report as policy_report
-from kvqueue.report import (
-    ab_tables,
-    check_tables,
-    count_tables,
-    figures,
-    processed,
-    prose,
-    provenance,
-)
-from kvqueue.report.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
+from kvqueue.history import history_present
+from kvqueue.policy import policy_present
+from kvqueue.processed import store
+from kvqueue.report import figures, prose, provenance
+from kvqueue.stats import paired_stats
+from kvqueue.stats.comparisons import PAIR
 
 TITLE = "FreeKVCacheBlockQueue benchmark"
 #: Heading and text of the "times behind the results": what the cells are, and why they
@@ -103,14 +97,14 @@ class Section:
         return 0 if self.table is None else len(self.table)
 
 
-def intro_note(data: processed.Processed) -> str:
+def intro_note(data: store.Processed) -> str:
     """What is compared, and what the numbers mean (under the title)."""
     pairs = _and_list([f"`{c}` vs `{b}`" for c, b in compared_pairs(data)])
     heads = data.headline_runs()
     if heads.empty:
         return (
             f"Paired, order-randomized A/B comparison of {pairs}. No run qualifies for the "
-            f"headline tables (quick runs and runs with fewer than {stats.MIN_PROCESSES} "
+            f"headline tables (quick runs and runs with fewer than {paired_stats.MIN_PROCESSES} "
             "processes never do): every run found is listed under Provenance."
         )
     hosts = heads["host"].nunique()
@@ -123,7 +117,7 @@ def intro_note(data: processed.Processed) -> str:
     )
 
 
-def compared_pairs(data: processed.Processed) -> list[tuple[str, str]]:
+def compared_pairs(data: store.Processed) -> list[tuple[str, str]]:
     """The A/B pairs the headline runs compare (main phase), the settings' pairs first;
     the settings' pairs when no headline run compares any (a contributor's
     ``VARIANTS="base=... mine=..."`` pair is named although it is no default pair)."""
@@ -137,7 +131,7 @@ def compared_pairs(data: processed.Processed) -> list[tuple[str, str]]:
     return [*ordered, *(p for p in found if p not in ordered)] or list(data.settings.pairs)
 
 
-def summary_note(data: processed.Processed) -> str:
+def summary_note(data: store.Processed) -> str:
     """How to read the summary table."""
     ci = ci_header(data.settings.confidence)
     return (
@@ -146,7 +140,7 @@ def summary_note(data: processed.Processed) -> str:
     )
 
 
-def results_note(data: processed.Processed) -> str:
+def results_note(data: store.Processed) -> str:
     """What the compact results table shows, and what one cycle of each case is."""
     ci = ci_header(data.settings.confidence)
     present = ab_tables.present_cases(data, "main")
@@ -161,7 +155,7 @@ def _and_list(items: list[str]) -> str:
     return ", ".join(items[:-1]) + f" and {items[-1]}"
 
 
-def _floor_gap_note(data: processed.Processed) -> str:
+def _floor_gap_note(data: store.Processed) -> str:
     bounds = ", ".join(f"`{b}`" for b in sorted(data.floor_gap["bound"].dropna().unique()))
     ci = ci_header(data.settings.confidence)
     return (
@@ -175,7 +169,7 @@ def _floor_gap_note(data: processed.Processed) -> str:
     )
 
 
-def build(data: processed.Processed) -> list[Section]:
+def build(data: store.Processed) -> list[Section]:
     """The report's sections in reading order.
 
     Parameters
@@ -217,7 +211,7 @@ def build(data: processed.Processed) -> list[Section]:
         ),
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
     ]
-    aa = check_tables.aa_table(data)
+    aa = validation_tables.aa_table(data)
     out.append(
         Section(
             "aa",
@@ -249,7 +243,7 @@ def build(data: processed.Processed) -> list[Section]:
                 "marks cells where the CI excludes 0 and the effect is larger than the "
                 "tightest comparison CI half-width of the cell."
             ),
-            table=check_tables.order_table(data),
+            table=validation_tables.order_table(data),
             table_label="Order effect per cell",
             fold=True,
             detail=True,
@@ -261,8 +255,8 @@ def build(data: processed.Processed) -> list[Section]:
             "precision",
             "Precision",
             level=3,
-            note=check_tables.precision_note(data),
-            table=check_tables.precision_table(data),
+            note=validation_tables.precision_note(data),
+            table=validation_tables.precision_table(data),
             table_label="Half-width of every headline cell against its target",
             fold=True,
             detail=True,
@@ -383,12 +377,12 @@ def build(data: processed.Processed) -> list[Section]:
             writeup=False,
         )
     )
-    policy_table = policy_report.display_table(data.policy)
+    policy_table = policy_present.display_table(data.policy)
     out.append(
         Section(
             "policy",
             "Allocation policies",
-            note=policy_report.note(data.policy, data.settings.confidence),
+            note=policy_present.note(data.policy, data.settings.confidence),
             table=policy_table if not policy_table.empty else None,
             table_label=(
                 f"Steady state per policy, host × interpreter × regime ({len(policy_table)} rows)"
@@ -398,12 +392,12 @@ def build(data: processed.Processed) -> list[Section]:
             detail=True,
         )
     )
-    history_table = history_report.step_table(data.history_steps, data.count_steps)
+    history_table = history_present.step_table(data.history_steps, data.count_steps)
     out.append(
         Section(
             "history",
             "Release history",
-            note=history_report.note(data.history),
+            note=history_present.note(data.history),
             table=history_table if not history_table.empty else None,
             table_label=f"Release range → change in time "
             f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",

@@ -16,8 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvqueue.report import figures, frames, processed, question_sections, questions
-from kvqueue.report.ab_tables import HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES
+from kvqueue.processed import store
+from kvqueue.report import figures, frames, question_sections, questions
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import Section
 
@@ -33,12 +34,6 @@ _KINDS = (questions.AB, questions.HISTORY, questions.POLICY)
 INDEX = "index.txt"
 #: Present when the writeups were built with cases other than the default (Makefile).
 CASES_STAMP = ".cases"
-#: Size budgets (characters): the visible part for one host (4 interpreters), what each
-#: further host may add, and the whole writeup for 4 hosts (issue 18; checked in
-#: tests/test_writeup.py on synthetic and committed data).
-VISIBLE_BUDGET = 8_000
-VISIBLE_PER_HOST = 2_000
-WHOLE_BUDGET_4_HOSTS = 60_000
 
 #: ``<details>`` blocks of the writeup (as written by :func:`section_markdown`).
 _DETAILS = re.compile(r"<details>.*?</details>", re.S)
@@ -137,14 +132,8 @@ def visible_part(markdown: str) -> str:
     return _DETAILS.sub("", markdown)
 
 
-def budget(hosts: int) -> tuple[int, int]:
-    """(visible, whole) character budget of a writeup covering ``hosts`` hosts."""
-    visible = VISIBLE_BUDGET + VISIBLE_PER_HOST * max(0, hosts - 1)
-    return visible, WHOLE_BUDGET_4_HOSTS
-
-
 def write_writeups(
-    data: processed.Processed,
+    data: store.Processed,
     out_dir: Path | str,
     cases: Sequence[str] = HEADLINE_CASES,
     *,

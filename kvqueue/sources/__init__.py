@@ -1,8 +1,9 @@
 """Where variant sources come from: vLLM releases on the package index, files, git refs;
 source text to classes (standard library only).
 
-``fetch`` gets one release's ``kv_cache_utils.py`` (by range reads, ``wheel``, or the
-whole wheel), from the wheel ``index`` picks on the package index, into the ``cache``
-with its digest record; ``errors`` are its one-line failures. ``loader`` turns source
-text into classes.
+``release_fetch`` gets one release's ``kv_cache_utils.py`` (by range reads,
+``wheel_ranges``, or the whole wheel), from the wheel ``package_index`` picks, into the
+``release_cache`` with its digest record (paths: ``cache_paths``); ``fetch_errors`` are
+its one-line failures; ``versions`` sorts release numbers. ``loader`` turns source text
+into classes.
 """

@@ -6,7 +6,7 @@ Source strings (docs/design.md §2):
 ``vllm==0.31.0``            class from that vLLM release (fetched once, cached)
 ``path/to/file.py``         class from a file; ``FILE::ClassName`` picks another class
 ``git:REPO@REF``            ``vllm/v1/core/kv_cache_utils.py`` at commit REF of REPO
-``kvqueue``                 this project's queue (``kvqueue/subject/ours.py``)
+``kvqueue``                 this project's queue (``kvqueue/subjects/our_queue.py``)
 ``kvqueue:floor``           the check-free lower bound (a *bound*, not a candidate)
 ==========================  ==========================================================
 
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvqueue.schema import BLOCK_MODES, split_name, variant_labels
-from kvqueue.sources.cache import MEMBER
-from kvqueue.sources.errors import FetchError
-from kvqueue.sources.fetch import fetch_release
+from kvqueue.sources.fetch_errors import FetchError
+from kvqueue.sources.release_cache import MEMBER
+from kvqueue.sources.release_fetch import fetch_release
 
 QUEUE_CLASS = "FreeKVCacheBlockQueue"
 BLOCK_CLASS = "KVCacheBlock"
@@ -77,9 +77,9 @@ OPTIONAL_METHODS = ("prepend_n", "iter_blocks_after")
 STRUCTURE_SENTINELS = "sentinels"
 STRUCTURE_HEAD_TAIL = "head-tail"
 #: Block modes: one block class for every variant, or each variant's own.
-_SUBJECT_DIR = Path(__file__).resolve().parent.parent / "subject"
-_OWN_FILE = _SUBJECT_DIR / "ours.py"
-_OWN_BLOCK_FILE = _SUBJECT_DIR / "block.py"
+_SUBJECT_DIR = Path(__file__).resolve().parent.parent / "subjects"
+_OWN_FILE = _SUBJECT_DIR / "our_queue.py"
+_OWN_BLOCK_FILE = _SUBJECT_DIR / "stand_in_block.py"
 
 # Names the extracted classes may need at definition time. Annotations are compiled
 # lazily (PEP 563), so names such as BlockHashWithGroupId never have to resolve.
@@ -313,7 +313,7 @@ def _exec_class(cls_src: ClassSource, bindings: dict[str, object]) -> type:
 
 def load_block_class(source: str) -> tuple[type, ClassSource]:
     """Load the ``KVCacheBlock`` class of a source (``kvqueue`` uses
-    ``kvqueue/subject/block.py``)."""
+    ``kvqueue/subjects/stand_in_block.py``)."""
     base, _ = split_class(split_name(source)[1])
     block_src = read_source(base, BLOCK_CLASS)
     return _exec_class(block_src, {}), block_src
@@ -435,7 +435,7 @@ def load_variants(
         Only with ``block_mode="shared"``.
     block_mode
         ``"shared"`` (one block class for all) or ``"own"`` (each source's own
-        ``KVCacheBlock``; ``kvqueue`` sources use ``kvqueue/subject/block.py``).
+        ``KVCacheBlock``; ``kvqueue`` sources use ``kvqueue/subjects/stand_in_block.py``).
 
     Returns
     -------

@@ -1,6 +1,6 @@
 """A correct free-block queue written for the tests from the contract (docs/design.md §1).
 
-The contract is the behaviour of ``kvqueue/subject/ours.py``'s ``FreeKVCacheBlockQueue``: the
+The contract is the behaviour of ``kvqueue/subjects/our_queue.py``'s ``FreeKVCacheBlockQueue``: the
 same final state after every valid operation, and the same exception type, message and
 partial state after every invalid one. No upstream text is used here.
 

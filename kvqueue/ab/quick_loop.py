@@ -1,0 +1,152 @@
+"""``make quick``: a fast A/B loop for tuning a queue, printed in the terminal.
+
+The same gate and the same paired, order-randomized worker processes as ``make bench``,
+with small defaults (:data:`kvqueue.params.bench_params.QUICK_LOOP_DEFAULTS`), a progress line per
+process, and the comparison table (reduction, interval, verdict) at the end. Nothing is
+written under ``data/raw``: evidence for a pull request comes from ``make bench``; this
+is for the many short loops in between.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+import pandas as pd
+
+from kvqueue import schema
+from kvqueue.ab import ab_analysis
+from kvqueue.formatting import fmt_interval, fmt_signed_pct
+from kvqueue.measure import counts_run, interpreter_checks, runner
+from kvqueue.params import bench_params
+from kvqueue.params.bench_params import BenchParams, Checked
+from kvqueue.params.report_params import ReportSettings
+from kvqueue.stats import count_figures, paired_stats
+
+_CELL = ("case", "pool")
+
+
+def quick_params(given: dict[str, Any]) -> BenchParams:
+    """Checked parameters of a quick loop: the quick defaults under what was given."""
+    return bench_params.make_params(
+        **{"host": "quick", **bench_params.QUICK_LOOP_DEFAULTS, **given}
+    )
+
+
+def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
+    """Gate, time and compare; print progress to stderr and the table to ``out``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (case, pool, candidate): reduction, CI, verdict.
+
+    Raises
+    ------
+    BenchInputError, GateRefused, BenchError
+        As ``make bench`` (one line each).
+    """
+    checked = interpreter_checks.check(p)
+    p = checked.params
+    start = time.monotonic()
+    if p.metric == "instructions":
+        rows = counts_run.count_rows(checked, sizes=schema.POOLS)
+        counted = count_figures.per_op(rows)
+        pairs = [(label, p.labels[0]) for label in p.labels[1:]]
+        text = format_counts(count_figures.table(counted, pairs), checked, time.monotonic() - start)
+        print(text, file=out)
+        return pd.DataFrame(count_figures.table(counted, pairs))
+    with runner.machine_lock("make quick"):
+        # The gate at the bench's pools too, not only the quick loop's 2,048 blocks.
+        gate = runner.run_gate(p, sizes=schema.POOLS)
+        expected = {g["label"]: g["sha256"] for g in gate}
+        plan = runner.process_plan(p)
+        rows: list[list[Any]] = []
+        for done, (phase, number, seed) in enumerate(plan, start=1):
+            result = runner.run_process(p, phase, number, seed, expected)
+            rows.extend([number, phase, *row] for row in result["rows"])
+            print(
+                f"[{done:>2}/{len(plan)}] process {number}: {result['seconds']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    table = compare(pd.DataFrame(rows, columns=list(schema.SAMPLE_COLUMNS)), p)
+    print(format_table(table, checked, time.monotonic() - start), file=out)
+    return table
+
+
+def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:
+    """Every variant against the baseline, per (case, pool), with the report's statistics."""
+    labels = p.labels
+    medians = paired_stats.process_medians(samples, _CELL)
+    settings = ReportSettings()
+    rows = []
+    comparisons = ab_analysis.comparisons_for_run(labels, labels[0], [], ())
+    for cand, base, kind in comparisons:
+        ratios = paired_stats.paired_ratios(medians, cand, base, _CELL)
+        for (case, pool), grp in ratios.groupby(list(_CELL), sort=False):
+            cell = medians[(medians["case"] == case) & (medians["pool"] == pool)]
+            row = paired_stats.summarize_pair(
+                grp, cell, delta=settings.delta, **settings.bootstrap()
+            )
+            rows.append({"case": case, "pool": int(pool), "candidate": cand, "kind": kind, **row})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["_rank"] = out["case"].map(schema.case_rank)
+        out = out.sort_values(["_rank", "pool", "candidate"]).drop(columns="_rank")
+    return out.reset_index(drop=True)
+
+
+def format_table(table: pd.DataFrame, checked: Checked, seconds: float) -> str:
+    """The comparison as a fixed-width text table with a header line."""
+    p = checked.params
+    head = (
+        f"quick A/B on {checked.python.get('implementation', 'Python')} "
+        f"{checked.python.get('version', '?')}: baseline {p.labels[0]}, {p.processes} "
+        f"processes x {p.samples} samples of {p.sample_ms:g} ms, {seconds:.0f} s "
+        "(not evidence: use make bench for that)"
+    )
+    lines = [head]
+    fmt = "{:<10} {:>8}  {:<28} {:>9}  {:<19} {:>4}  {}"
+    lines.append(fmt.format("case", "pool", "candidate", "reduction", "95% CI", "n", "verdict"))
+    for r in table.itertuples(index=False):
+        ci = fmt_interval(r.ci_low, r.ci_high, fmt_signed_pct)
+        lines.append(
+            fmt.format(
+                r.case,
+                f"{r.pool:,}",
+                str(r.candidate)[:28],
+                fmt_signed_pct(r.reduction),
+                ci,
+                r.n_processes,
+                r.verdict,
+            )
+        )
+    return "\n".join(lines)
+
+
+def format_counts(rows: list[dict[str, Any]], checked: Checked, seconds: float) -> str:
+    """Instruction counts per operation as a fixed-width text table with a header line."""
+    p = checked.params
+    spread = max((r["spread"] for r in rows if r["spread"] == r["spread"]), default=float("nan"))
+    head = (
+        f"quick instruction counts on {checked.python.get('implementation', 'Python')} "
+        f"{checked.python.get('version', '?')}: baseline {p.labels[0]}, cachegrind, "
+        f"{seconds:.0f} s; two identical runs differ by {spread:.3f} instructions per "
+        "operation (time is what users feel: confirm with make bench)"
+    )
+    fmt = "{:<10} {:>8}  {:<28} {:>12} {:>12}  {:>9}"
+    lines = [head, fmt.format("case", "pool", "candidate", "instr/op", "baseline", "reduction")]
+    for r in rows:
+        lines.append(
+            fmt.format(
+                r["case"],
+                f"{r['pool']:,}",
+                str(r["candidate"])[:28],
+                f"{r['candidate_instructions']:,.1f}",
+                f"{r['baseline_instructions']:,.1f}",
+                f"{r['reduction_pct']:+.2f}%",
+            )
+        )
+    return "\n".join(lines)

@@ -1,0 +1,186 @@
+"""Raw history runs -> the processed ``history`` and ``history_steps`` tables.
+
+A history run (``run.json`` ``kind: "history"``, :mod:`kvqueue.history.history_collect`) times one
+representative release per distinct queue version, newest first, in every process. Per
+run, case and pool:
+
+- **per version**: ns per cycle = the median over processes of the per-process medians,
+  with the interpolated order-statistic interval of that median
+  (:func:`kvqueue.stats.paired_stats.order_statistic_interval`, the report's interval), and the
+  paired ratio to the newest version (median over processes of the per-process ratio,
+  same interval);
+- **per step** between consecutive versions in release order: the paired change in
+  time, ``median_p(m(p, newer) / m(p, older)) - 1``, with its interval. A step is
+  *significant* when its interval excludes 0; it is labelled with the release range it
+  spans (the last release of the older version -> the first of the newer, plus "also in"
+  the newer's earlier releases when its releases are not consecutive).
+
+Tables ``history`` and ``history_steps`` (schema.PROCESSED_TABLES). The ``headline`` run
+per host x interpreter, which the report shows (:mod:`kvqueue.history.history_present`), is the
+newest *full* history (releases not given, the default cases and pools): a later
+``RELEASES="0.31.0 0.32.0"`` or ``CASES=alloc1`` run does not replace it. Without a full
+one, the newest reduced run is shown, and the text says what it left out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from kvqueue import schema
+from kvqueue.params.history_params import HISTORY_DEFAULTS
+from kvqueue.rawdata import raw_reader
+from kvqueue.sources.versions import version_key
+from kvqueue.stats import paired_stats
+
+
+def _versions(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's versions, oldest first (run.json lists them newest first)."""
+    return list(reversed((meta.get(schema.HISTORY_KEY) or {}).get("versions") or []))
+
+
+def _span(version: Mapping[str, Any]) -> str:
+    releases = version["releases"]
+    if not releases:  # a user's own source (NEWEST): no release shipped it
+        return str(version["label"])
+    if version.get("non_consecutive"):
+        return ", ".join(releases)  # a range would claim the releases in between
+    return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+
+
+def _step_range(older: Mapping[str, Any], newer: Mapping[str, Any]) -> str:
+    """``"last of older → first of newer after it"``, and the newer's earlier releases.
+
+    A version whose releases are not consecutive (A, B, A) also shipped before the older
+    one: the step is from the older's last release to the newer's next one.
+    """
+    last = older["releases"][-1]
+    if not newer["releases"]:  # a user's own source (NEWEST) after the releases
+        return f"{last} → {newer['label']}"
+    after = [r for r in newer["releases"] if version_key(r) > version_key(last)]
+    earlier = [r for r in newer["releases"] if version_key(r) < version_key(last)]
+    text = f"{last} → {(after or newer['releases'])[0]}"
+    return text + (f" (also in {', '.join(earlier)})" if earlier else "")
+
+
+def reduced(meta: Mapping[str, Any]) -> str:
+    """What a history run left out of the full history ('' for a full one)."""
+    hist = meta.get(schema.HISTORY_KEY) or {}
+    given = meta.get("parameters") or {}
+    out = ["releases given"] if hist.get("releases_given") else []
+    for name in ("cases", "pools"):
+        have = [str(x) for x in given.get(name) or ()]
+        if not {str(x) for x in HISTORY_DEFAULTS[name]} <= set(have):
+            out.append(f"{name} {' '.join(have)}")
+    return "; ".join(out)
+
+
+def _headline_ids(runs: list[raw_reader.Run]) -> set[str]:
+    """Per host x interpreter: the newest full history, else the newest reduced one."""
+    best: dict[tuple[str, str], tuple[bool, str, str]] = {}
+    for run in runs:
+        key = (run.host, run.interpreter)
+        rank = (not reduced(run.meta), str(run.meta.get("started_at")), run.run_id)
+        if key not in best or rank > best[key]:
+            best[key] = rank
+    return {rank[2] for rank in best.values()}
+
+
+def analyze(
+    raw: raw_reader.RawData, confidence: float = paired_stats.DEFAULT_CONFIDENCE
+) -> dict[str, pd.DataFrame]:
+    """Compute ``history`` and ``history_steps`` from the included history runs."""
+    runs = [r for r in raw.of_kind(schema.KIND_HISTORY).included if _versions(r.meta)]
+    headline = _headline_ids(runs)
+    rows: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    for run in runs:
+        versions = _versions(run.meta)
+        labels = [v["label"] for v in versions]
+        base = run.meta["baseline"]
+        samples = run.samples
+        assert samples is not None
+        main = samples[samples["phase"] == "main"]
+        medians = paired_stats.process_medians(main, by=["case", "pool"])
+        run_reduced = reduced(run.meta)
+        ident = {
+            "host": run.host,
+            "interpreter": run.interpreter,
+            "run_id": run.run_id,
+            "headline": run.run_id in headline,
+        }
+        for (case, pool), cell in medians.groupby(["case", "pool"], sort=False):
+            wide = cell.pivot(index="process", columns="variant", values="median_ns")
+            for order, version in enumerate(versions):
+                label = version["label"]
+                if label not in wide:
+                    continue
+                ns = paired_stats.order_statistic_interval(
+                    wide[label].dropna(), confidence=confidence
+                )
+                ratio = paired_stats.order_statistic_interval(
+                    (wide[label] / wide[base]).dropna(), confidence=confidence
+                )
+                rows.append(
+                    {
+                        **ident,
+                        "case": case,
+                        "pool": int(pool),
+                        "version": label,
+                        "order": order,
+                        "reduced": run_reduced,
+                        "releases": _span(version),
+                        "first_release": (version["releases"] or [label])[0],
+                        "last_release": (version["releases"] or [label])[-1],
+                        "adapter": version.get("adapter") or "",
+                        "n_processes": ns.n,
+                        "ns": ns.estimate,
+                        "ns_low": ns.low,
+                        "ns_high": ns.high,
+                        "ratio_to_newest": ratio.estimate,
+                        "ratio_low": ratio.low,
+                        "ratio_high": ratio.high,
+                    }
+                )
+            for older, newer in itertools.pairwise(versions):
+                a, b = older["label"], newer["label"]
+                if a not in wide or b not in wide or a not in labels:
+                    continue
+                r = paired_stats.order_statistic_interval(
+                    (wide[b] / wide[a]).dropna(), confidence=confidence
+                )
+                low, high = r.low - 1.0, r.high - 1.0
+                steps.append(
+                    {
+                        **ident,
+                        "case": case,
+                        "pool": int(pool),
+                        "from_version": a,
+                        "to_version": b,
+                        "release_range": _step_range(older, newer),
+                        "n_processes": r.n,
+                        "change": r.estimate - 1.0,
+                        "ci_low": low,
+                        "ci_high": high,
+                        "significant": bool(
+                            math.isfinite(low) and math.isfinite(high) and (low > 0 or high < 0)
+                        ),
+                    }
+                )
+    return {
+        "history": _frame(rows, "history"),
+        "history_steps": _frame(steps, "history_steps"),
+    }
+
+
+def _frame(rows: list[dict[str, Any]], name: str) -> pd.DataFrame:
+    spec = schema.PROCESSED_TABLES[name]
+    df = pd.DataFrame(rows, columns=list(spec))
+    df = df.astype(spec)
+    keys = ["host", "interpreter", "run_id", "case", "pool"]
+    keys += ["order"] if name == "history" else ["release_range"]
+    return df.sort_values(keys, kind="stable").reset_index(drop=True)

@@ -1,0 +1,340 @@
+"""The queue's cost across vLLM's release history (``make history``; docs/design.md §11).
+
+A history run IS a bench run: the same gate, runner, worker processes, run folder and
+integrity records, with ``kind: "history"`` in ``run.json`` and a ``history`` record. What
+differs is how the variants are chosen:
+
+1. **Releases**: every release the package index lists, newest first, down to the first
+   that predates ``vllm/v1/core/kv_cache_utils.py`` or its ``FreeKVCacheBlockQueue``
+   (older ones are not probed: the module appeared once and never left), or the list
+   given in ``RELEASES``. Each is fetched into the release cache (one range read of the
+   member per release, see :mod:`kvqueue.sources.release_fetch`).
+2. **Distinct versions**: releases whose queue class AND block class texts are
+   byte-identical (same sha256 of both) are one *version*; it is timed once, under the
+   newest release that has it, and the record lists every release that shares it.
+3. **The run**: the representative releases are the variants, newest first, so the
+   newest version is the baseline and every process times every version (the paired
+   protocol): each version is paired with the newest, and any two versions (the steps
+   between consecutive versions) with each other, inside each process. Block mode is
+   ``own`` (each release's own ``KVCacheBlock``: 0.9.x's dataclass ``__eq__`` is part of
+   what it cost); releases without ``popleft_n``/``append_n`` get the ``popleft-loop``
+   adapter (:mod:`kvqueue.sources.loader`). Defaults
+   (:data:`kvqueue.params.history_params.HISTORY_DEFAULTS`): cases alloc1, alloc8, mix and
+   remove on a pool of 100,000 blocks, no confirmation phase, and the precision target's
+   pilot/size/time caps bounding the run to ~20 minutes.
+
+Standard library only (runs in the bench route before the notebook would).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kvqueue import schema
+from kvqueue.errors import BenchInputError
+from kvqueue.history import history_sizing
+from kvqueue.measure import counts_run, interpreter_checks, runner
+from kvqueue.params.bench_params import BenchParams
+from kvqueue.sources import loader
+from kvqueue.sources.fetch_errors import FetchError, ModuleMissing, NoReadableWheel
+from kvqueue.sources.package_index import IndexFile, list_releases
+from kvqueue.sources.release_cache import MEMBER
+from kvqueue.sources.release_fetch import fetch_release
+from kvqueue.sources.versions import is_version, version_key
+
+#: The pairing the report's step table uses (stated in run.json and the report).
+PAIRING = (
+    "every version against the newest (the baseline) and each version against its "
+    "predecessor, both as per-process ratios (every process times every version)"
+)
+
+
+@dataclass
+class Version:
+    """One distinct (queue class, block class) text pair and the releases that have it."""
+
+    key: str
+    queue_sha256: str
+    block_sha256: str
+    releases: list[str] = field(default_factory=list)
+    adapter: str | None = None
+    missing: tuple[str, ...] = ()
+    structure: str = loader.STRUCTURE_SENTINELS
+    #: Its releases are not consecutive among the probed ones (A, B, A: a change that
+    #: was reverted); the report's step labels then name the other releases too.
+    non_consecutive: bool = False
+
+    @property
+    def newest(self) -> str:
+        """The newest release of the version: the one that is timed."""
+        return max(self.releases, key=version_key)
+
+    @property
+    def oldest(self) -> str:
+        """The first release that shipped this version."""
+        return min(self.releases, key=version_key)
+
+    @property
+    def source(self) -> str:
+        """The variant source string of the version."""
+        return f"vllm=={self.newest}"
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready entry of ``run.json["history"]["versions"]``."""
+        return {
+            "label": self.source,
+            "key": self.key,
+            "queue_class_sha256": self.queue_sha256,
+            "block_class_sha256": self.block_sha256,
+            "releases": sorted(self.releases, key=version_key),
+            "first_release": self.oldest,
+            "adapter": self.adapter,
+            "missing_methods": list(self.missing),
+            "structure": self.structure,
+            "non_consecutive": self.non_consecutive,
+        }
+
+
+@dataclass
+class Plan:
+    """What a history run times, and why every other release is not timed."""
+
+    listed: list[str]
+    probed: list[str]
+    versions: list[Version]
+    skipped: list[dict[str, str]]
+    given: bool
+
+    def record(self) -> dict[str, Any]:
+        """The ``history`` record of ``run.json``."""
+        return {
+            "releases_listed": self.listed,
+            "releases_given": self.given,
+            "releases_probed": self.probed,
+            "skipped": self.skipped,
+            "versions": [v.record() for v in self.versions],
+            "pairing": PAIRING,
+        }
+
+
+def version_key_of(queue_text: str, block_text: str) -> str:
+    """sha256 identifying a (queue class, block class) text pair."""
+    return hashlib.sha256(f"{queue_text}\0{block_text}".encode()).hexdigest()
+
+
+def _probe(release: str, files: list[IndexFile] | None) -> loader.Variant:
+    """Fetch one release and load its queue on its own block class (no timing)."""
+    fetch_release(release, files=files)
+    (variant,) = loader.load_variants([f"vllm=={release}"], block_mode="own")
+    return variant
+
+
+def plan(
+    releases: Sequence[str] | None = None,
+    listing: Mapping[str, list[IndexFile]] | None = None,
+    progress: Any = None,
+) -> Plan:
+    """Find the releases to time and group them into distinct versions.
+
+    Parameters
+    ----------
+    releases
+        Release numbers to time; None: every release from the newest down to the first
+        that predates the queue.
+    listing
+        ``list_releases()`` (read here by default).
+    progress
+        A file for one line per release (default: stderr).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    BenchInputError
+        A given release does not exist or its class fails to load, the index cannot be
+        read (and a release is not cached), or fewer than two distinct versions remain.
+    """
+    out = progress or sys.stderr
+    try:
+        listing = dict(listing) if listing is not None else list_releases()
+    except FetchError as exc:
+        if releases is None:
+            raise BenchInputError(f"cannot list the vLLM releases: {exc}") from None
+        listing = {}
+    given = releases is not None
+    if releases is None:
+        order = sorted(listing, key=version_key, reverse=True)
+        order = [v for v in order if not _is_prerelease(v)]
+    else:
+        order = sorted(dict.fromkeys(releases), key=version_key, reverse=True)
+    versions: dict[str, Version] = {}
+    skipped: list[dict[str, str]] = []
+    probed: list[str] = []
+    last_key: str | None = None  # the version of the previous release that loaded
+    for index, release in enumerate(order):
+        probed.append(release)
+        try:
+            variant = _probe(release, listing.get(release))
+        except (ModuleMissing, loader.SourceError, NoReadableWheel) as exc:
+            reason = str(exc)
+            # Given releases are the user's choice: a class that fails to load stops the
+            # run. In the default history one broken release is skipped with its reason.
+            if given and isinstance(exc, loader.SourceError) and "not found" not in reason:
+                raise BenchInputError(f"vllm=={release}: {reason}") from None
+            skipped.append({"release": release, "reason": reason})
+            print(f"history: {release}: skipped ({reason})", file=out, flush=True)
+            if not given and versions and isinstance(exc, (ModuleMissing,)):
+                rest = order[index + 1 :]
+                if rest:
+                    skipped.append(
+                        {
+                            "release": f"{rest[-1]} .. {rest[0]}",
+                            "reason": f"not probed: older than {release}, which predates {MEMBER}",
+                        }
+                    )
+                break
+            continue
+        except FetchError as exc:
+            raise BenchInputError(f"vllm=={release}: {exc}") from None
+        key = version_key_of(variant.queue_src.text, variant.block_src.text)
+        if key not in versions:
+            versions[key] = Version(
+                key=key,
+                queue_sha256=variant.queue_src.sha256,
+                block_sha256=variant.block_src.sha256,
+                adapter=variant.adapter,
+                missing=variant.missing,
+                structure=variant.structure,
+            )
+        if versions[key].releases and last_key != key:
+            versions[key].non_consecutive = True  # A, B, A: came back after another version
+        versions[key].releases.append(release)
+        last_key = key
+    ordered = sorted(versions.values(), key=lambda v: version_key(v.newest), reverse=True)
+    if len(ordered) < 2:
+        raise BenchInputError(
+            f"a history needs at least two distinct versions of the queue; found {len(ordered)}"
+        )
+    for number, version in enumerate(ordered, start=1):
+        shared = ", ".join(sorted(version.releases, key=version_key))
+        notes = [f"adapter {version.adapter}"] if version.adapter else []
+        notes += [f"no {'/'.join(version.missing)}"] if version.missing else []
+        notes += [version.structure] if version.structure != loader.STRUCTURE_SENTINELS else []
+        print(
+            f"history: version {number}/{len(ordered)}: {version.source} "
+            f"(releases {shared}; queue {version.queue_sha256[:8]}, block "
+            f"{version.block_sha256[:8]}{'; ' + ', '.join(notes) if notes else ''})",
+            file=out,
+            flush=True,
+        )
+        if version.non_consecutive:
+            print(
+                f"history: warning: {version.source}'s releases are not consecutive "
+                f"({shared}): another version came between them; it is timed once",
+                file=out,
+                flush=True,
+            )
+    return Plan(
+        listed=sorted(listing, key=version_key),
+        probed=probed,
+        versions=ordered,
+        skipped=skipped,
+        given=given,
+    )
+
+
+def _is_prerelease(version: str) -> bool:
+    return version_key(version)[1][0] == 0
+
+
+def releases_from_text(text: str | None) -> list[str] | None:
+    """``RELEASES`` text -> release numbers (``vllm==`` prefixes allowed); None if empty."""
+    if text is None or not text.strip():
+        return None
+    out = []
+    for word in text.split():
+        release = word[len("vllm==") :] if word.startswith("vllm==") else word
+        if not is_version(release):
+            raise BenchInputError(f"RELEASES: {word!r} is not a vLLM version number")
+        out.append(release)
+    return out
+
+
+def own_version_record(variant: loader.Variant) -> dict[str, Any]:
+    """The ``run.json`` history entry of a user's own source (``NEWEST``): no releases
+    (the report labels its step ``<last release> → <label>``), its digests and adapter."""
+    return {
+        "label": variant.label,
+        "source": variant.source,
+        "key": version_key_of(variant.queue_src.text, variant.block_src.text),
+        "queue_class_sha256": variant.queue_src.sha256,
+        "block_class_sha256": variant.block_src.sha256,
+        "releases": [],
+        "first_release": None,
+        "adapter": variant.adapter,
+        "missing_methods": list(variant.missing),
+        "structure": variant.structure,
+        "non_consecutive": False,
+    }
+
+
+def run_history(
+    bench: BenchParams,
+    releases: Sequence[str] | None,
+    raw_dir: Path,
+    run_id: str | None = None,
+    newest: str | None = None,
+) -> Path:
+    """Plan the versions, check everything, and run the paired protocol on them.
+
+    ``newest`` (``NEWEST``) is a source of the user's, timed as the newest point after
+    the releases (:func:`own_version_record`).
+
+    The run is a bench run of kind ``history``: its ``history`` record in ``run.json``,
+    differences on invalid use recorded (releases whose contracts on invalid use differ
+    by design are compared, not refused: docs/design.md §11), and its second stage sized
+    for the steps between consecutive versions (:mod:`kvqueue.history.history_sizing`).
+
+    Returns
+    -------
+    Path
+        The run folder.
+    """
+    found = plan(releases)
+    sources = tuple(v.source for v in found.versions)
+    record = found.record()
+    if newest is not None:
+        # The user's source is the newest point: first (the baseline every version is
+        # paired with) and the last step of the history. Its gate is the bench's.
+        (variant,) = loader.load_variants([newest], block_mode="own")
+        record["versions"].insert(0, own_version_record(variant))
+        sources = (newest, *sources)
+    bench = replace(bench, variants=sources)
+    checked = interpreter_checks.check(bench)
+    if bench.metric == "instructions":
+        # Every distinct version counted once per case and pool: minutes, not the ~17 of
+        # a timed history, and exact.
+        return counts_run.run_counts(
+            checked,
+            raw_dir,
+            run_id,
+            launcher_pid=os.getpid(),
+            question="history",
+            record={schema.HISTORY_KEY: record},  # NEWEST's version included
+            invalid="record",
+        )
+    kind = runner.RunKind(
+        kind=schema.KIND_HISTORY,
+        record={schema.HISTORY_KEY: record},
+        invalid_ops="record",
+        sizing_targets=history_sizing.sizing_targets,
+    )
+    return runner.run_bench(checked, raw_dir, run_id, kind=kind)

@@ -1,0 +1,303 @@
+"""The report's release-history section: the processed history tables -> step table,
+text and figure.
+
+Reads the ``history`` and ``history_steps`` tables that :mod:`kvqueue.history.history_analysis`
+computes, and shows their ``headline`` runs: the step table (release range -> change in
+time with its interval, per case), the section's note and the figure (ns per cycle by
+version, significant steps labelled).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from kvqueue import plotstyle, schema
+from kvqueue.formatting import fmt_signed_ci, fmt_signed_pct
+from kvqueue.sources.versions import version_key
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def step_table(steps: pd.DataFrame, counts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Release range -> change in time [95 % CI], one column per case (headline runs).
+
+    Only steps that are significant in at least one case of their run are shown; a
+    cell is ``+12.3% [+10.1, +14.0]`` (positive: the newer release takes longer), with
+    ``*`` on significant cells, and ``· instr +9.8%`` where a history counts run of the
+    same interpreter counted the same two versions on that case (instructions per
+    operation do not depend on the machine or, beyond ~1 %, on the pool size).
+
+    Parameters
+    ----------
+    steps
+        The processed ``history_steps`` table.
+    counts
+        The processed ``count_steps`` table (optional).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Host, Interpreter, Release range, then one column per case and pool.
+    """
+    if steps.empty:
+        return pd.DataFrame()
+    steps = steps[steps["headline"].astype(bool)]
+    keep = steps.groupby(["host", "interpreter", "release_range"])["significant"].transform("any")
+    steps = steps[keep]
+    if steps.empty:
+        return pd.DataFrame()
+    instr: dict[tuple[str, str, str, str], float] = {}
+    if counts is not None and len(counts):
+        for c in counts.itertuples():
+            instr.setdefault((c.interpreter, c.from_version, c.to_version, c.case), c.instr_change)
+
+    def counted(r: object) -> str:
+        key = (r.interpreter, r.from_version, r.to_version, r.case)  # type: ignore[attr-defined]
+        return f" · instr {fmt_signed_pct(instr[key])}" if key in instr else ""
+
+    steps = steps.assign(
+        cell=[
+            f"{fmt_signed_pct(r.change)} {fmt_signed_ci(r.ci_low, r.ci_high)}"
+            f"{' *' if r.significant else ''}{counted(r)}"
+            for r in steps.itertuples()
+        ],
+        column=[f"{r.case} / {r.pool:,}" for r in steps.itertuples()],
+    )
+    order = {rr: i for i, rr in enumerate(_release_order(steps))}
+    wide = steps.pivot_table(
+        index=["host", "interpreter", "release_range"],
+        columns="column",
+        values="cell",
+        aggfunc="first",
+    ).reset_index()
+    wide = wide.sort_values(
+        ["host", "interpreter", "release_range"],
+        key=lambda s: s.map(order) if s.name == "release_range" else s,
+    )
+    wide.columns.name = None
+    return wide.rename(
+        columns={"host": "Host", "interpreter": "Interpreter", "release_range": "Release range"}
+    ).reset_index(drop=True)
+
+
+def _release_order(steps: pd.DataFrame) -> list[str]:
+    ranges = steps["release_range"].unique().tolist()
+    return sorted(ranges, key=lambda rr: version_key(rr.split(" → ")[-1].split(" (")[0]))
+
+
+def note(versions: pd.DataFrame) -> str:
+    """The section's text: what was timed, how it is paired, and how to read it.
+
+    Parameters
+    ----------
+    versions
+        The processed ``history`` table.
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
+    if versions.empty:
+        return (
+            "No release-history run yet. `make history HOST=...` times every distinct "
+            "version of the queue from vLLM 0.6.4 (the first release with "
+            "`vllm/v1/core/kv_cache_utils.py`) to the newest, paired."
+        )
+    head = versions[versions["headline"].astype(bool)]
+    n_versions = head.groupby(["host", "interpreter"])["version"].nunique()
+    adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
+    lo, hi = n_versions.min(), n_versions.max()
+    count = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    text = (
+        f"Each distinct (queue class, block class) version of the vLLM releases, "
+        f"{count} per interpreter, timed in every process "
+        "of one paired run per interpreter on the release's own `KVCacheBlock` (block "
+        "mode `own`: 0.9.x's dataclass equality is part of its cost). Paired: every "
+        "version against the newest, and every step against its predecessor, as "
+        "per-process ratios; the interval is the median's order-statistic interval "
+        "over processes. A step marked `*` has an interval that excludes 0; positive = "
+        "the newer release is slower. Separate block pools per variant (needed with "
+        "separate block classes) biased an A/A pair by ~2 % in the A/B setting, so steps "
+        "below ~2 % are not resolved here."
+    )
+    if adapters:
+        text += (
+            " Releases without `popleft_n`/`append_n` ("
+            + ", ".join(adapters)
+            + ") are driven through the `popleft-loop` adapter: loops of "
+            "`popleft()`/`append()`, as their own `BlockPool` did."
+        )
+    cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
+    for r in cut.itertuples():
+        text += (
+            f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
+            f"reduced one ({r.reduced})."
+        )
+    return text
+
+
+def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    """ns per cycle by version in release order, per interpreter (rows) and case
+    (columns), with CI error bars; significant steps numbered (the same number in every
+    panel), with a key of their release ranges under the panels.
+
+    Parameters
+    ----------
+    versions, steps
+        The processed ``history`` and ``history_steps`` tables.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with plotstyle.theme():
+        return _figure(versions, steps)
+
+
+def _figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
+    if head.empty:
+        fig = Figure(figsize=(6, 3))
+        ax = fig.subplots()
+        ax.set_xlabel("vLLM release (oldest → newest)")
+        ax.set_ylabel("ns per cycle")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            "No release-history run yet:\nmake history HOST=<label>",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        return fig
+    rows = sorted(head.groupby(["host", "interpreter"]).groups)
+    cells = sorted(
+        head.groupby(["case", "pool"]).groups, key=lambda c: (schema.case_rank(c[0]), c[1])
+    )
+    sig = _significant_steps(steps)
+    # One number per significant release step, the same in every panel, explained in a
+    # key under the panels: the release ranges written beside the points were 4.5 pt
+    # vertical text, unreadable at 100 % (issue 18).
+    numbers = step_numbers(steps, versions)
+    key_rows = -(-len(numbers) // 3) if numbers else 0
+    fig = Figure(figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4))
+    axes = fig.subplots(len(rows), len(cells), squeeze=False)
+    for i, (host, interp) in enumerate(rows):
+        for j, (case, pool) in enumerate(cells):
+            ax = axes[i][j]
+            sub = head[
+                (head["host"] == host)
+                & (head["interpreter"] == interp)
+                & (head["case"] == case)
+                & (head["pool"] == pool)
+            ].sort_values("order")
+            x = np.arange(len(sub))
+            y = sub["ns"].to_numpy()
+            _versions_line(ax, sub.assign(_x=x))
+            ax.set_xticks(x)
+            ax.set_xticklabels(sub["first_release"], rotation=90, fontsize=7.5)
+            ax.set_xlabel("")
+            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
+            # Log scale: a step is the same height wherever it lies (0.9.2 is ~5x 0.32.0).
+            ax.set_yscale("log")
+            # Plain 1-2-5 labels ("2,000", not "2 × 10³"): read off without arithmetic.
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
+            pos = {v: k for k, v in enumerate(sub["version"])}
+            shown = sig[
+                (sig["host"] == host)
+                & (sig["interpreter"] == interp)
+                & (sig["case"] == case)
+                & (sig["pool"] == pool)
+            ]
+            for r in shown.itertuples():
+                if r.to_version not in pos:
+                    continue
+                k = pos[r.to_version]
+                ax.annotate(
+                    str(numbers[r.release_range]),
+                    (k, y[k]),
+                    textcoords="offset points",
+                    xytext=(0, 9 if r.change > 0 else -9),
+                    ha="center",
+                    va="bottom" if r.change > 0 else "top",
+                    fontsize=8.5,
+                    fontweight="bold",
+                    color="tab:red",
+                )
+            if len(shown):
+                ax.margins(y=0.15)
+    if numbers:
+        key = [f"{n}: {rr}" for rr, n in numbers.items()]
+        per_col = key_rows
+        cols = ["\n".join(key[c * per_col : (c + 1) * per_col]) for c in range(3)]
+        key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
+        top = 0.01 + key_in / fig.get_figheight()
+        for c, text in enumerate(cols):
+            # Anchored at the top: a shorter last column starts level with the others.
+            fig.text(0.02 + 0.32 * c, top, text, fontsize=9, va="top", ha="left")
+        fig.text(
+            0.02,
+            0.01 + (key_in + 0.08) / fig.get_figheight(),
+            "Red numbers: steps whose interval excludes 0 (above the point: slower; below: faster)",
+            fontsize=9,
+            color="tab:red",
+        )
+        fig.tight_layout(rect=(0, (key_in + 0.35) / fig.get_figheight(), 1, 1))
+    else:
+        fig.tight_layout()
+    return fig
+
+
+def _versions_line(ax: Axes, sub: pd.DataFrame) -> None:
+    """One panel's versions of :func:`figure`, in release order at ``_x``: their ns per
+    cycle joined, with the given intervals as error bars (a ``pointplot``).
+
+    ``pointplot`` makes one line per interval: the figure took 5.31 s against 5.02 s
+    with one ``errorbar`` per panel (draw and save, committed data, best of 6).
+    """
+    if sub.empty:
+        return
+    plotstyle.seaborn().pointplot(
+        data=plotstyle.given_intervals(sub, "ns", "ns_low", "ns_high"),
+        x="_x",
+        y="value",
+        order=list(sub["_x"]),
+        estimator=plotstyle.given_estimate,
+        errorbar=plotstyle.given_interval,
+        color=plotstyle.palette(1)[0],
+        markersize=3,
+        linewidth=1,
+        capsize=0.25,
+        ax=ax,
+    )
+
+
+def _significant_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    if steps.empty:
+        return steps
+    return steps[steps["headline"].astype(bool) & steps["significant"].astype(bool)]
+
+
+def step_numbers(steps: pd.DataFrame, versions: pd.DataFrame) -> dict[str, int]:
+    """Number of each significant release step of the headline runs, oldest first: the
+    figure marks the steps with these numbers, the writeup lists them with the same."""
+    sig = _significant_steps(steps)
+    if sig.empty:
+        return {}
+    order = dict(zip(versions["version"], versions["order"], strict=False))
+    ranked = sig.assign(_o=sig["to_version"].map(order)).sort_values("_o", kind="stable")
+    return {rr: k for k, rr in enumerate(dict.fromkeys(ranked["release_range"]), start=1)}

@@ -1,0 +1,334 @@
+"""Instruction counts: each variant × case × pool run under valgrind's cachegrind.
+
+Wall time on a shared 2-vCPU VM needs ~45 processes for a ±0.5 pp interval; the
+number of instructions a cycle executes is exact, needs one process per cell and is
+immune to load. Counts track time, but not one to one (memory traffic and branch
+behaviour are not instructions), so the report shows both.
+
+How a count is made (docs/design.md §13):
+
+- per pool and variant, one process builds the timing worker's layout for that variant
+  alone and warms every case up by ``warmup_ops`` operations
+  (:mod:`kvqueue.measure.counted_worker`); that is the *zero* run (the first one is made
+  twice, to show that the count is deterministic);
+- the same process plus ``loops`` loops of one case: that case's *target* run;
+- instructions per operation = (target − zero) / (loops × ops per loop). Interpreter
+  start, imports, layout and warm-up are identical in both and cancel.
+
+Determinism: ``PYTHONHASHSEED=0``, the same seeds, no bytecode written (a ``.pyc``
+written by the first run and read by the next changed the zero count by ~45 million
+instructions on CPython 3.11.7). Two zero runs of 3.11.7, alloc1, pool 2,048 agreed to
+80,000 instructions in 786 million: 4 instructions per cycle of 20,000.
+
+Optional cache simulation (``--cache-sim=yes``, ~2× slower) adds L1 and last-level
+misses and an estimated-cycles figure: L1 hits + 5 × LL hits + 35 × RAM accesses, the
+cost model of iai-callgrind (itself from Itamar Turner-Trauring's "pythonspeed" work),
+which weighs a miss by its rough latency. It is a model, not a measurement.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from kvqueue import hostinfo, schema
+from kvqueue.errors import BenchError, BenchInputError
+from kvqueue.measure import child
+from kvqueue.subjects import queue_cases
+
+#: Operations each cell is warmed up by before anything is counted: CPython 3.11+
+#: specializes a function's bytecode after a few executions; 2,000 operations cover it.
+WARMUP_OPS = 2_000
+#: Operations a target run adds: 20,000 keeps the zero runs' spread (±80,000 of 786
+#: million on 3.11.7) at ±4 instructions per operation, 0.1 % of alloc1's ~3,300.
+TARGET_OPS = 20_000
+#: Hash seed of every counted process (hashing is part of what is counted).
+HASH_SEED = "0"
+INSTALL_HINT = (
+    "valgrind is not installed: install it with `apt-get install valgrind` "
+    "(Debian/Ubuntu; `dnf install valgrind` on Fedora, `brew install valgrind` is not "
+    "available on Apple silicon: use a Linux machine or container)"
+)
+_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Valgrind:
+    """The valgrind used for a count: path, version and the options every run gets."""
+
+    path: str
+    version: str
+    cache_sim: bool
+
+    def options(self) -> list[str]:
+        """cachegrind's options (recorded in run.json)."""
+        return ["--tool=cachegrind", f"--cache-sim={'yes' if self.cache_sim else 'no'}"]
+
+
+def find_valgrind(cache_sim: bool = False) -> Valgrind:
+    """The valgrind on ``PATH``, or one line saying how to install it.
+
+    Raises
+    ------
+    BenchInputError
+        valgrind is missing or does not run.
+    """
+    path = shutil.which("valgrind")
+    if path is None:
+        raise BenchInputError(INSTALL_HINT)
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BenchInputError(f"valgrind at {path} does not run ({exc}); {INSTALL_HINT}") from None
+    return Valgrind(path=path, version=out, cache_sim=cache_sim)
+
+
+def interpreter_binary(python: str) -> str:
+    """The interpreter's own binary (valgrind must run it, not a pyenv shim script)."""
+    proc = subprocess.run(
+        [python, "-c", "import sys; print(sys.executable)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise BenchInputError(f"cannot run {python}: {proc.stderr.strip()[-200:]}")
+    return proc.stdout.strip()
+
+
+def target_loops(case: str, pool: int, target_ops: int = TARGET_OPS) -> int:
+    """Loops of a target run: at least ``target_ops`` operations (at least 1 loop)."""
+    return max(1, -(-target_ops // queue_cases.ops_per_loop(case, pool)))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One cachegrind run: ``run`` is ``zero``, ``zero2`` or ``target``."""
+
+    case: str
+    pool: int
+    run: str
+    label: str = ""
+    loops: int = 0
+
+
+#: ``case`` of a zero run that warmed every case of its variant and pool.
+ALL_CASES = "*"
+
+
+def plan(labels: Sequence[str], cases: Sequence[str], pools: Sequence[int]) -> list[Job]:
+    """Every run of a count: per pool and label one zero run that warms every case up,
+    and one target run per case (the same, plus the case's loops); the first zero run is
+    made twice (``zero2``), to show the count's resolution.
+
+    Each variant is counted alone (its processes load only it): a history of 17 versions
+    on 100,000-block pools would otherwise build 17 pools in every process. One zero run
+    per variant and pool, not per cell, saves 3 of every 8 processes of a history (4
+    cases) and 6 of every 14 of a bench (7 cases).
+    """
+    jobs: list[Job] = []
+    for pool in pools:
+        for label in labels:
+            jobs.append(Job(ALL_CASES, pool, "zero", label))
+            if len(jobs) == 1:
+                jobs.append(Job(ALL_CASES, pool, "zero2", label))
+            for case in cases:
+                jobs.append(Job(case, pool, "target", label, target_loops(case, pool)))
+    return jobs
+
+
+def job_spec(base: dict[str, Any], job: Job) -> dict[str, Any]:
+    """The count worker's spec of one job: the job's variant alone, on its pool, every
+    case of the run warmed up (so a target run is its zero run plus the loops).
+
+    The block class stays the run's: the baseline's (or ``block_source``) when shared,
+    the variant's own release's in block mode ``own``.
+    """
+    i = list(base["labels"]).index(job.label)
+    shared = base.get("block_mode", "shared") == "shared"
+    label = job.label
+    return {
+        **base,
+        "sources": [base["sources"][i]],
+        "labels": [label],
+        "block_source": base.get("block_source") or (base["sources"][0] if shared else None),
+        "expected_sha256": {k: v for k, v in base["expected_sha256"].items() if k == label},
+        "expected_block_sha256": {
+            k: v for k, v in (base.get("expected_block_sha256") or {}).items() if k == label
+        },
+        "cases": list(base["cases"]),
+        "pools": [job.pool],
+        "warmup_ops": WARMUP_OPS,
+        "target": [label, job.case, job.pool, job.loops] if job.run == "target" else None,
+    }
+
+
+def parse_cachegrind(text: str) -> dict[str, int]:
+    """Event totals from a cachegrind output file (its ``events:`` and ``summary:`` lines)."""
+    events = re.search(r"^events:\s*(.+)$", text, flags=re.M)
+    summary = re.search(r"^summary:\s*(.+)$", text, flags=re.M)
+    if not events or not summary:
+        raise BenchError("cachegrind wrote no summary (did the counted process crash?)")
+    names, values = events.group(1).split(), summary.group(1).split()
+    return {n: int(v) for n, v in zip(names, values, strict=True)}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONSTARTUP", None)
+    env["PYTHONPATH"] = str(hostinfo.PROJECT_DIR)
+    env["PYTHONHASHSEED"] = HASH_SEED
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[child.PARENT_ENV] = str(os.getpid())
+    return env
+
+
+def _start(valgrind: Valgrind, binary: str, spec: dict[str, Any], out: Path) -> subprocess.Popen:
+    cmd = [
+        valgrind.path,
+        *valgrind.options(),
+        f"--cachegrind-out-file={out}",
+        binary,
+        "-m",
+        "kvqueue.measure.counted_worker",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        start_new_session=True,  # killed as a group on Ctrl-C; dies with us (child.py)
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(spec))
+    proc.stdin.close()
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+
+
+def count(
+    python: str,
+    base_spec: dict[str, Any],
+    *,
+    valgrind: Valgrind,
+    jobs: int | None = None,
+    progress: TextIO | None = None,
+    on_row: Callable[[dict[str, Any], float], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every count of ``base_spec`` (a worker spec) under cachegrind.
+
+    Parameters
+    ----------
+    python
+        The measured interpreter (a shim is resolved to its binary).
+    base_spec
+        A worker spec: ``sources``, ``labels``, ``cases``, ``pools``, seeds,
+        ``block_source``, ``block_mode``, ``expected_sha256``.
+    valgrind
+        From :func:`find_valgrind`.
+    jobs
+        Runs at once (default: the CPUs this process may use). Counts do not depend on
+        load, so they may share the machine.
+    progress
+        Where a line per finished run goes (default: stderr).
+    on_row
+        Called with each row and its seconds as it is finished (the run folder appends
+        it at once).
+
+    Returns
+    -------
+    list of dict
+        One row per run, in :data:`kvqueue.schema.COUNT_COLUMNS` order of keys.
+
+    Raises
+    ------
+    BenchError
+        A counted process failed or ran out of time; the others are stopped.
+    """
+    out = progress or sys.stderr
+    binary = interpreter_binary(python)
+    todo = plan(base_spec["labels"], base_spec["cases"], base_spec["pools"])
+    width = jobs or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    rows: list[dict[str, Any]] = []
+    running: list[tuple[Job, subprocess.Popen, Path, float]] = []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kvqueue-counts-") as tmp:
+        try:
+            pending = list(enumerate(todo))
+            while pending or running:
+                while pending and len(running) < width:
+                    i, job = pending.pop(0)
+                    spec = job_spec(base_spec, job)
+                    path = Path(tmp) / f"cg.{i}"
+                    running.append(
+                        (job, _start(valgrind, binary, spec, path), path, time.monotonic())
+                    )
+                time.sleep(0.05)
+                for entry in list(running):
+                    job, proc, path, t0 = entry
+                    if proc.poll() is None:
+                        if time.monotonic() - t0 > _TIMEOUT_S:
+                            raise BenchError(
+                                f"count of {job.label or 'zero'} {job.case}/{job.pool} "
+                                f"did not finish within {_TIMEOUT_S} s; stopped"
+                            )
+                        continue
+                    running.remove(entry)
+                    err = proc.stderr.read() if proc.stderr else ""
+                    if proc.returncode != 0:
+                        tail = [ln for ln in err.splitlines() if not ln.startswith("==")]
+                        raise BenchError(
+                            f"counted process ({job.run} {job.label} {job.case}/{job.pool}) "
+                            f"exited {proc.returncode}: {' '.join(tail)[-300:]}"
+                        )
+                    totals = parse_cachegrind(path.read_text())
+                    row = {
+                        "case": job.case,
+                        "pool": job.pool,
+                        "label": job.label,
+                        "run": job.run,
+                        "loops": job.loops,
+                        "per_loop": 0
+                        if job.run != "target"
+                        else queue_cases.ops_per_loop(job.case, job.pool),
+                        **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
+                    }
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row, round(time.monotonic() - t0, 3))
+                    print(
+                        f"count {len(rows)}/{len(todo)}: {job.run} {job.label} "
+                        f"{job.case}/{job.pool}: {totals['Ir']:,} instructions "
+                        f"({time.monotonic() - start:.0f} s)",
+                        file=out,
+                        flush=True,
+                    )
+        except BaseException:
+            for _job, proc, _path, _t0 in running:
+                _kill(proc)
+            raise
+    return rows

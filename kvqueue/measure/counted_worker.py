@@ -1,0 +1,76 @@
+"""One counted process: the timing worker's layout, run under cachegrind.
+
+Run as ``valgrind --tool=cachegrind ... PYTHON -m kvqueue.measure.counted_worker`` with a
+JSON spec on stdin (:mod:`kvqueue.measure.cachegrind` starts it). The process builds the same
+:class:`kvqueue.measure.timing_worker.Layout` a timing process builds (same loader, pools,
+heap padding and case runners), warms every variant of every cell up by the same number
+of operations, and then runs one *target* cell for ``loops`` loops, or nothing.
+
+A target run and the zero run of the same spec do identical work up to the target's
+loops, so the difference of their instruction totals is the loops' own cost: setup,
+interpreter start and warm-up cancel exactly (``counts`` divides by loops × ops).
+
+Standard library only (it runs under the measured interpreter, like the worker).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import sys
+from typing import Any
+
+from kvqueue.measure import child, timing_worker
+from kvqueue.sources import loader
+from kvqueue.subjects import queue_cases
+
+
+def warm_loops(case: str, pool: int, warmup_ops: int) -> int:
+    """Loops of ``case`` that cover at least ``warmup_ops`` operations (at least 1)."""
+    per_loop = queue_cases.ops_per_loop(case, pool)
+    return max(1, -(-warmup_ops // per_loop))
+
+
+def run_counted(spec: dict[str, Any]) -> None:
+    """Build the layout, warm every cell up, then run the target cell (if any).
+
+    Parameters
+    ----------
+    spec
+        A worker spec (see :func:`kvqueue.measure.timing_worker.run_process`: ``sources``,
+        ``labels``, ``block_source``, ``expected_sha256``, ``cases``, ``pools``,
+        ``seed``, ``case_seed``, ``block_mode``) plus ``warmup_ops`` and ``target``:
+        ``null`` or ``[label, case, pool, loops]``.
+    """
+    rng = random.Random(spec["seed"])
+    layout = timing_worker.Layout(spec, rng)
+    gc.collect()
+    gc.disable()
+    for case in spec["cases"]:
+        for pool in spec["pools"]:
+            runners = layout.runners[(case, pool)]
+            loops = warm_loops(case, pool, int(spec["warmup_ops"]))
+            for label in spec["labels"]:
+                layout.pools[pool].timed(runners, label, loops)
+    target = spec.get("target")
+    if target is not None:
+        label, case, pool, loops = target
+        layout.pools[pool].timed(layout.runners[(case, pool)], label, int(loops))
+    gc.enable()
+
+
+def main() -> int:
+    """Read the spec from stdin and run it; exit 2 on an unusable source."""
+    child.die_with_parent()
+    spec = json.load(sys.stdin)
+    try:
+        run_counted(spec)
+    except loader.SourceError as exc:
+        print(f"kvqueue count worker: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

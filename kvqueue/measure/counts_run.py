@@ -1,0 +1,163 @@
+"""A run of instruction counts (``METRIC=instructions``): gate, counts, one run folder.
+
+``make bench METRIC=instructions`` and ``make history METRIC=instructions`` come here
+instead of the timing processes; ``make quick METRIC=instructions`` uses
+:func:`count_rows` and writes nothing. The same gate runs first, at the pools the run
+counts; then :mod:`kvqueue.measure.cachegrind` runs every (case, pool) cell's zero runs and one
+target run per variant under cachegrind, and each finished count is appended to
+``counts.csv`` at once (a Ctrl-C keeps the finished ones; the run is marked
+``interrupted``). ``run.json`` (kind ``counts``) records valgrind's version and options,
+the warm-up and target operations and the hash seed under ``counting``, and which
+question the run answers (``ab`` or ``history``, with the history's versions).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kvqueue import schema
+from kvqueue.gate import model_check
+from kvqueue.measure import cachegrind, run_folder, runner
+from kvqueue.params.bench_params import BenchParams, Checked
+
+
+def counts_text(rows: list[dict[str, Any]]) -> str:
+    """``counts.csv`` as text: the header, then one row per cachegrind run."""
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(schema.COUNT_COLUMNS)
+    out.writerows([row[c] for c in schema.COUNT_COLUMNS] for row in rows)
+    return buf.getvalue()
+
+
+def count_row(process: int, phase: str, row: dict[str, Any]) -> dict[str, Any]:
+    """One ``counts.csv`` row (a count is one process of the ``main`` phase)."""
+    return row
+
+
+#: ``counts.csv``: the data file of a counts run.
+COUNTS = run_folder.RunTable(schema.COUNTS_CSV, counts_text, count_row)
+
+
+def base_spec(params: BenchParams, gate: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worker spec every count of the run shares (the timing worker's, untimed)."""
+    own = params.block_mode == "own"
+    expected_block = (
+        {g["label"]: g["provenance"]["block_class_sha256"] for g in gate} if own else {}
+    )
+    expected = {g["label"]: g["sha256"] for g in gate}
+    return runner.worker_spec(params, list(params.cases), params.seed, expected, expected_block)
+
+
+def counting_record(valgrind: cachegrind.Valgrind) -> dict[str, Any]:
+    """What run.json records of the method (``counting``)."""
+    return {
+        "valgrind": valgrind.version,
+        "options": valgrind.options(),
+        "warmup_ops": cachegrind.WARMUP_OPS,
+        "target_ops": cachegrind.TARGET_OPS,
+        "hash_seed": cachegrind.HASH_SEED,
+    }
+
+
+def count_rows(
+    checked: Checked, *, invalid: str = "refuse", sizes: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
+    """Gate and count, writing nothing (``make quick METRIC=instructions``)."""
+    params = checked.params
+    valgrind = cachegrind.find_valgrind(params.cache_sim)
+    with runner.machine_lock("the counts"):
+        gate = runner.run_gate(params, invalid=invalid, sizes=sizes)
+        return cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
+
+
+def run_counts(
+    checked: Checked,
+    raw_dir: Path,
+    run_id: str | None = None,
+    *,
+    launcher_pid: int,
+    question: str = "ab",
+    record: Mapping[str, Any] | None = None,
+    invalid: str = "refuse",
+) -> Path:
+    """Gate, then count every variant × case × pool into a new run folder.
+
+    Parameters
+    ----------
+    checked
+        Checked parameters (``metric`` ``instructions``).
+    raw_dir, run_id
+        Where the run folder goes, and its name (default: a new counts run id).
+    launcher_pid
+        The command that started the run.
+    question
+        ``ab`` (a bench) or ``history`` (a release history; ``record`` holds its
+        ``history`` key).
+    invalid
+        The gate's treatment of invalid-operation differences (history records them).
+
+    Returns
+    -------
+    Path
+        The run folder.
+
+    Raises
+    ------
+    BenchInputError
+        valgrind is missing (one line saying how to install it): nothing written.
+    GateRefused
+        A variant failed the gate: nothing written.
+    """
+    params, py = checked.params, checked.python
+    valgrind = cachegrind.find_valgrind(params.cache_sim)
+    start = time.monotonic()
+    with runner.machine_lock("make bench"):
+        gate = runner.run_gate(params, invalid=invalid)
+        run_id = run_id or schema.new_run_id(py["tag"], schema.KIND_COUNTS)
+        jobs = cachegrind.plan(params.labels, params.cases, params.pools)
+        rec = run_folder.start_record(
+            schema.KIND_COUNTS,
+            run_id,
+            params.host,
+            python=py,
+            baseline=params.labels[0],
+            variants=[
+                {**g["provenance"], "gate": {k: g.get(k) for k in ("ok", "ops_checked", "sizes")}}
+                for g in gate
+            ],
+            parameters=params.record(),
+            launcher_pid=launcher_pid,
+            seeds={"run": params.seed, "gate": model_check.DEFAULT_SEED, "case": params.seed},
+            processes_planned={"main": len(jobs), "confirm": 0},
+            extra={
+                schema.QUESTION_KEY: question,
+                schema.COUNTING_KEY: counting_record(valgrind),
+                **(record or {}),
+            },
+        )
+        writer = run_folder.create_run(raw_dir, rec, COUNTS)
+        print(
+            f"run {run_id}: {len(jobs)} counts under cachegrind on {py['executable']} "
+            f"({py['version']}) -> {writer.dir}",
+            file=sys.stderr,
+        )
+        interrupted = f"interrupted: {writer.dir} keeps the finished counts, marked incomplete"
+        with run_folder.closing_run(writer, interrupted):
+            done = 0
+
+            def keep(row: dict[str, Any], seconds: float) -> None:
+                nonlocal done
+                done += 1
+                info = {"phase": "main", "process": done, "run": row["run"], "seconds": seconds}
+                writer.add_process("main", done, [row], info)
+
+            cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind, on_row=keep)
+    print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
+    return writer.dir

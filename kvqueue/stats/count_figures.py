@@ -1,0 +1,345 @@
+"""Counted runs (``counts.csv``) to figures per operation: instructions, misses, cycles.
+
+A counts.csv holds raw cachegrind totals, one row per counted process (see
+:mod:`kvqueue.measure.cachegrind`): per pool and variant a ``zero`` run (``case`` ``*``: every
+case warmed; runs of the first layout had one zero run per case) and one ``target`` run
+per case, and one ``zero2`` (the first zero run again). Per operation:
+
+- instructions = (target Ir − zero Ir) / (loops × ops per loop);
+- the *spread* = |zero2 Ir − zero Ir| / (loops × ops per loop): how far two identical
+  runs disagree, in the same unit (the count's own resolution);
+- with the cache simulation: L1 misses (I1mr + D1mr + D1mw), last-level misses
+  (ILmr + DLmr + DLmw) and estimated cycles = L1 hits + 5 × LL hits + 35 × RAM
+  accesses (iai-callgrind's model; :data:`kvqueue.measure.cachegrind.CYCLE_WEIGHTS`).
+
+:func:`per_op` is pure Python (``make quick`` and ``make check-queue`` use it without
+pandas); the readers below build the report's tables from the counts runs on disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvqueue import schema
+
+#: Weights of L1 hits, last-level hits and RAM accesses in estimated cycles.
+CYCLE_WEIGHTS = (1, 5, 35)
+_L1 = ("I1mr", "D1mr", "D1mw")
+_LL = ("ILmr", "DLmr", "DLmw")
+_REFS = ("Ir", "Dr", "Dw")
+
+
+@dataclass(frozen=True)
+class CellCount:
+    """One variant's counts per operation in one (case, pool) cell."""
+
+    case: str
+    pool: int
+    label: str
+    instructions: float
+    spread: float
+    l1_misses: float | None
+    ll_misses: float | None
+    est_cycles: float | None
+
+
+def _number(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def _est_cycles(totals: Mapping[str, int]) -> int:
+    refs = sum(totals[e] for e in _REFS)
+    l1 = sum(totals[e] for e in _L1)
+    ll = sum(totals[e] for e in _LL)
+    w1, w2, w3 = CYCLE_WEIGHTS
+    return w1 * (refs - l1) + w2 * (l1 - ll) + w3 * ll
+
+
+def per_op(rows: Iterable[Mapping[str, Any]]) -> list[CellCount]:
+    """Per-operation counts of every target row, against its cell's zero runs.
+
+    Raises
+    ------
+    ValueError
+        A cell has a target but no ``zero`` run, or a target with no loops.
+    """
+    zeros: dict[tuple[str, int, str], dict[str, Mapping[str, Any]]] = {}
+    targets: list[Mapping[str, Any]] = []
+    for row in rows:
+        key = (str(row["case"]), int(row["pool"]), str(row["label"]))
+        if row["run"] == "target":
+            targets.append(row)
+        else:
+            zeros.setdefault(key, {})[str(row["run"])] = row
+    out = []
+    for row in targets:
+        key = (str(row["case"]), int(row["pool"]), str(row["label"]))
+        # A zero run warmed one case (``case`` named) or every case (``*``).
+        found = zeros.get(key) or zeros.get(("*", key[1], key[2]), {})
+        zero = found.get("zero")
+        if zero is None:
+            raise ValueError(f"no zero run for {key[2]} {key[0]}/{key[1]}")
+        ops = int(row["loops"]) * int(row["per_loop"])
+        if ops <= 0:
+            raise ValueError(f"target {row['label']} {key[0]}/{key[1]} has no loops")
+        zero2 = found.get("zero2")
+        spread = (
+            abs(int(zero2["Ir"]) - int(zero["Ir"])) / ops if zero2 is not None else float("nan")
+        )
+        cached = all(_number(row.get(e)) is not None for e in (*_L1, *_LL, "Dr", "Dw"))
+        if cached:
+            t = {e: int(row[e]) for e in (*_REFS, *_L1, *_LL)}
+            z = {e: int(zero[e]) for e in (*_REFS, *_L1, *_LL)}
+            l1 = (sum(t[e] for e in _L1) - sum(z[e] for e in _L1)) / ops
+            ll = (sum(t[e] for e in _LL) - sum(z[e] for e in _LL)) / ops
+            cycles: float | None = (_est_cycles(t) - _est_cycles(z)) / ops
+        else:
+            l1 = ll = cycles = None
+        out.append(
+            CellCount(
+                case=key[0],
+                pool=key[1],
+                label=str(row["label"]),
+                instructions=(int(row["Ir"]) - int(zero["Ir"])) / ops,
+                spread=spread,
+                l1_misses=l1,
+                ll_misses=ll,
+                est_cycles=cycles,
+            )
+        )
+    return out
+
+
+def _resolution(counts: Sequence[CellCount]) -> float:
+    """The largest measured spread of two identical zero runs, per operation (nan if the
+    run made none)."""
+    spreads = [c.spread for c in counts if c.spread == c.spread]
+    return max(spreads) if spreads else float("nan")
+
+
+def reduction_pct(candidate: float, baseline: float) -> float:
+    """Reduction of ``candidate`` against ``baseline`` in percent (positive = fewer)."""
+    return 100.0 * (1.0 - candidate / baseline)
+
+
+def table(counts: Sequence[CellCount], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Rows (case, pool, candidate, baseline, their instructions, the reduction %)."""
+    by = {(c.case, c.pool, c.label): c for c in counts}
+    cells = sorted({(c.case, c.pool) for c in counts}, key=lambda k: (k[1], k[0]))
+    out = []
+    for cand, base in pairs:
+        for case, pool in cells:
+            a, b = by.get((case, pool, cand)), by.get((case, pool, base))
+            if a is None or b is None:
+                continue
+            out.append(
+                {
+                    "case": case,
+                    "pool": pool,
+                    "candidate": cand,
+                    "baseline": base,
+                    "candidate_instructions": a.instructions,
+                    "baseline_instructions": b.instructions,
+                    "reduction_pct": reduction_pct(a.instructions, b.instructions),
+                    "spread": _resolution(counts),
+                }
+            )
+    return out
+
+
+# ------------------------------------------------------------------ counts runs on disk
+
+
+@dataclass(frozen=True)
+class CountRun:
+    """One counts run folder: its ``run.json`` and its ``counts.csv`` rows."""
+
+    path: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, str]]
+
+    @property
+    def interpreter(self) -> str:
+        """The counted interpreter, e.g. ``CPython 3.12.1`` (as the time tables say)."""
+        py = self.meta["python"]
+        return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
+
+
+def read_count_run(run_dir: Path, meta: dict[str, Any]) -> CountRun | str:
+    """A complete, sealed counts run, or the one-line reason it is left out."""
+    if meta.get("status") != "complete":
+        return f"status {meta.get('status')!r}, not complete"
+    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.COUNTS_CSV)
+    path = run_dir / schema.COUNTS_CSV
+    if sealed is None or not path.is_file():
+        return "counts.csv missing or not recorded in run.json"
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sealed.get("sha256"):
+        return "counts.csv sha256 differs from run.json (edited after the run)"
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    if not rows or tuple(rows[0]) != schema.COUNT_COLUMNS:
+        return f"counts.csv columns are not {', '.join(schema.COUNT_COLUMNS)}"
+    return CountRun(run_dir, meta, rows)
+
+
+def counts_frame(runs: Sequence[CountRun]) -> pd.DataFrame:
+    """One row per run × cell × variant: instructions (and misses, cycles) per op."""
+    out = []
+    for run in runs:
+        for c in per_op(run.rows):
+            out.append(
+                {
+                    "host": run.meta["host"],
+                    "interpreter": run.interpreter,
+                    "run_id": run.meta["run_id"],
+                    "question": run.meta.get(schema.QUESTION_KEY, "ab"),
+                    "started_at": run.meta.get("started_at"),
+                    "case": c.case,
+                    "pool": c.pool,
+                    "label": c.label,
+                    "instructions": c.instructions,
+                    "spread": c.spread,
+                    "l1_misses": c.l1_misses,
+                    "ll_misses": c.ll_misses,
+                    "est_cycles": c.est_cycles,
+                }
+            )
+    return pd.DataFrame(out, columns=COUNT_FRAME_COLUMNS)
+
+
+#: Columns of :func:`counts_frame`.
+COUNT_FRAME_COLUMNS = (
+    "host",
+    "interpreter",
+    "run_id",
+    "question",
+    "started_at",
+    "case",
+    "pool",
+    "label",
+    "instructions",
+    "spread",
+    "l1_misses",
+    "ll_misses",
+    "est_cycles",
+)
+
+
+def newest_ab(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the newest A/B counts run per host × interpreter."""
+    ab = frame[frame["question"] == "ab"]
+    if ab.empty:
+        return ab
+    newest = ab.groupby(["host", "interpreter"])["started_at"].transform("max")
+    return ab[ab["started_at"] == newest]
+
+
+def pair_reductions(frame: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """Instruction reduction (%) of each candidate vs baseline per host × interpreter × cell."""
+    rows = []
+    keys = ["host", "interpreter", "run_id", "case", "pool"]
+    for key, grp in frame.groupby(keys, sort=False):
+        by = dict(zip(grp["label"], grp["instructions"], strict=True))
+        est = dict(zip(grp["label"], grp["est_cycles"], strict=True))
+        for cand, base in pairs:
+            if cand in by and base in by:
+                e_c, e_b = est.get(cand), est.get(base)
+                cycles = (
+                    reduction_pct(e_c, e_b)
+                    if e_c is not None and e_b is not None and e_c == e_c and e_b == e_b
+                    else float("nan")
+                )
+                rows.append(
+                    {
+                        **dict(zip(keys, key, strict=True)),
+                        "candidate": cand,
+                        "baseline": base,
+                        "candidate_instructions": by[cand],
+                        "baseline_instructions": by[base],
+                        "instr_reduction": reduction_pct(by[cand], by[base]) / 100.0,
+                        "cycles_reduction": cycles / 100.0,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def history_steps(frame: pd.DataFrame, versions: Mapping[str, Sequence[str]]) -> pd.DataFrame:
+    """Each history counts run's steps: newer vs its predecessor, per cell (instructions).
+
+    ``versions``: run_id -> the run's version labels, oldest first.
+    """
+    rows = []
+    for run_id, labels in versions.items():
+        sub = frame[frame["run_id"] == run_id]
+        pairs = list(zip(labels[1:], labels[:-1], strict=True))
+        if not sub.empty and pairs:
+            rows.append(pair_reductions(sub, pairs))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def analyze(
+    included: Iterable[Any], pairs: Sequence[tuple[str, str]]
+) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """The processed ``counts``, ``count_pairs`` and ``count_steps`` tables of the counts
+    runs the raw-data reader included (:class:`kvqueue.rawdata.raw_reader.Run`: ``path``,
+    ``meta``, ``host``, ``run_id``), and ``{"<host>/<run_id>": why}`` for each run left
+    out here.
+
+    ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
+    run also compares every variant with its baseline.
+    """
+    runs: list[CountRun] = []
+    left: dict[str, str] = {}
+    for run in included:
+        got = read_count_run(run.path, run.meta)
+        if isinstance(got, str):
+            left[f"{run.host}/{run.run_id}"] = got
+        else:
+            runs.append(got)
+    frame = counts_frame(runs)
+    ab = newest_ab(frame)
+    wanted = list(pairs)
+    for run in runs:
+        if run.meta.get(schema.QUESTION_KEY, "ab") == "ab":
+            labels = [v["label"] for v in run.meta["variants"]]
+            wanted += [(c, labels[0]) for c in labels[1:] if (c, labels[0]) not in wanted]
+    pair_rows = pair_reductions(ab, wanted)
+    versions = {
+        run.meta["run_id"]: [
+            v["label"] for v in reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"])
+        ]
+        for run in runs
+        if run.meta.get(schema.QUESTION_KEY) == "history"
+    }
+    steps = history_steps(frame, versions)
+    if not steps.empty:
+        steps = steps.assign(
+            from_version=steps["baseline"],
+            to_version=steps["candidate"],
+            instr_change=-steps["instr_reduction"],
+        )
+    tables = {
+        "counts": frame,
+        "count_pairs": pair_rows,
+        "count_steps": steps,
+    }
+    out = {}
+    for name, df in tables.items():
+        spec = schema.PROCESSED_TABLES[name]
+        cols = list(spec)
+        df = df.reindex(columns=cols) if not df.empty else pd.DataFrame(columns=cols)
+        out[name] = df.sort_values(
+            [c for c in ("host", "interpreter", "run_id", "case", "pool") if c in cols],
+            kind="stable",
+        ).reset_index(drop=True)
+    return out, left
