@@ -31,6 +31,44 @@ $(PARAMS_MK): $(wildcard kvqueue/params/*.py) kvqueue/__main__.py
 
 .DEFAULT_GOAL := help
 
+# Every variable given on the command line is read by a goal or refused: a mistyped
+# TURNOVER=4 would otherwise run the default, and nothing printed would show it. Checked
+# as Make reads the Makefile, so a refused call runs nothing (no .venv, no recipe). Only
+# the command line counts (Make gives its variables, MAKEFLAGS' too, the origin "command
+# line"): the environment (PATH, CI, ...) was not typed for us. A goal reads its
+# generated list (TARGET_VARS) and the Makefile's own variables (own_vars); with several
+# goals, a variable is fine if any reads it. Python starts only for an unknown name: to
+# write the one line with the nearest name (a typo is not known in advance), from the
+# declarations themselves, so an include that is missing or stale (a variable declared
+# since) is not believed: there an empty answer lets the call go on, and Make remakes
+# the include and checks again with it. Python failing still refuses, without a hint.
+MAKE_SETTINGS := BOOTSTRAP_PY VENV VPY PARAMS_MK
+REPORT_HTML   := reports/report.html
+REPORT_FILES  := $(REPORT_HTML) data/processed/manifest.json
+# $(call own_vars,GOAL): what the Makefile's rules read for GOAL besides its generated
+# variables (CASES: the report's writeups, also when its files are the goals; its other
+# variables are exported to `report` alone, so they do not reach a file goal).
+own_vars       = $(MAKE_SETTINGS) $(if $(filter report $(REPORT_FILES),$1),CASES)
+GOALS         := $(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))
+GIVEN_VARS    := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),$v))
+OWN_VARS      := $(foreach g,$(GOALS),$(call own_vars,$g))
+UNKNOWN_VARS  := $(filter-out $(OWN_VARS) $(foreach g,$(GOALS),$($g_VARS)),$(GIVEN_VARS))
+# Single quotes for the shell: a name on the command line may hold any character but
+# `=` and white space (`x;touch y=1` is a variable), and none may run.
+sh_quote       = '$(subst ','\'',$1)'
+ifneq ($(UNKNOWN_VARS),)
+REFUSAL := $(shell PYTHONPATH="$(CURDIR)" $(BOOTSTRAP_PY) -S -m kvqueue.params.make_vars \
+  $(call sh_quote,$(GOALS)) $(call sh_quote,$(OWN_VARS)) \
+  $(foreach v,$(UNKNOWN_VARS),$(call sh_quote,$v)) 2>/dev/null)
+ifneq ($(.SHELLSTATUS),0)
+REFUSAL := make $(GOALS): unknown variable$(if $(word 2,$(UNKNOWN_VARS)),s) $(UNKNOWN_VARS) (`make help` \
+  lists the variables of each target)
+endif
+ifneq ($(REFUSAL),)
+$(error $(REFUSAL))
+endif
+endif
+
 .PHONY: help setup test test-fast lint format validate bench quick history policy check-queue report notebooks clean FORCE
 
 help: ## list the targets
@@ -95,7 +133,6 @@ GIT_STATE    := $(wildcard .git/index .git/HEAD)
 REPORT_SCOPE := reports/.scope
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(REPORT_SCOPE) \
                 $(wildcard kvqueue/*.py kvqueue/*/*.py) notebooks/report.ipynb
-REPORT_HTML  := reports/report.html
 
 REPORT_FORCE := $(if $(value CASES),FORCE,$(wildcard reports/writeups/.cases))
 WRITEUPS_INDEX := reports/writeups/index.txt
@@ -120,8 +157,8 @@ FORCE:
 # The report's own variable (CASES of the writeups, not of a bench): unexported like the
 # generated ones, whichever targets those name.
 unexport CASES
-$(REPORT_HTML) data/processed/manifest.json: export KVQUEUE_REPORT_CASES = $(value CASES)
-$(REPORT_HTML) data/processed/manifest.json &: $(REPORT_DEPS) $(REPORT_FORCE)
+$(REPORT_FILES): export KVQUEUE_REPORT_CASES = $(value CASES)
+$(REPORT_FILES) &: $(REPORT_DEPS) $(REPORT_FORCE)
 	$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
 	  --cases "$$KVQUEUE_REPORT_CASES"
 	@echo $(REPORT_INVOCATION) > $(REPORT_JUST_BUILT)

@@ -6,6 +6,7 @@ platform is ``None``, never a guess.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -35,6 +36,138 @@ def cpu_model() -> str | None:
     return platform.processor() or platform.machine() or None
 
 
+#: Keys of ``machine.cpu`` in ``run.json`` that say which CPU a run was measured on (what
+#: the report compares to keep one host label to one CPU); ``processor`` is what a
+#: platform without ``/proc/cpuinfo`` says instead.
+CPU_IDENTITY_FIELDS = (
+    "vendor",
+    "family",
+    "model",
+    "stepping",
+    "flags_sha256",
+    "cache_size",
+    "caches",
+    "processor",
+)
+
+# /proc/cpuinfo key -> machine.cpu key. x86 names first; Arm kernels give the
+# implementer, architecture and part instead (and "Features" for the flags).
+_CPUINFO_KEYS = {
+    "vendor_id": "vendor",
+    "cpu family": "family",
+    "model": "model",
+    "stepping": "stepping",
+    "cache size": "cache_size",
+    "CPU implementer": "vendor",
+    "CPU architecture": "family",
+    "CPU part": "model",
+}
+
+
+def _number(text: str) -> int | str:
+    # x86 reports family/model/stepping in decimal; keep anything else (Arm's hex part
+    # numbers, a joined list) as reported rather than guess a base.
+    return int(text) if text.isdigit() else text
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The CPU identity in a ``/proc/cpuinfo`` text.
+
+    One value per field over all processor blocks: a field that differs between cores
+    (an Arm big.LITTLE part number) is the distinct values joined by ``,`` in order of
+    appearance, so that two such machines are not mistaken for their first core.
+
+    Parameters
+    ----------
+    text
+        The content of ``/proc/cpuinfo``.
+
+    Returns
+    -------
+    dict
+        ``vendor``, ``family``, ``model``, ``stepping`` (x86: integers; Arm: the
+        implementer, architecture, part and ``r<variant>p<revision>``), ``cache_size``
+        (as reported, e.g. ``"512 KB"``) and ``flags_sha256`` (sha256 of the sorted
+        distinct flags, space-separated); a field the text lacks is absent.
+    """
+    seen: dict[str, list[str]] = {}
+    flags: set[str] = set()
+    variant: dict[str, str] = {}
+
+    def add(key: str, value: str) -> None:
+        values = seen.setdefault(key, [])
+        if value not in values:
+            values.append(value)
+
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            continue
+        if key == "processor":
+            variant = {}  # a new core's block
+        elif key in ("flags", "Features"):
+            flags.update(value.split())
+        elif key in ("CPU variant", "CPU revision"):
+            variant[key] = value.removeprefix("0x")
+            if len(variant) == 2:
+                # Arm's stepping is rNpM: variant N, revision M (per core).
+                add("stepping", f"r{variant['CPU variant']}p{variant['CPU revision']}")
+                variant = {}
+        elif key in _CPUINFO_KEYS and value:
+            add(_CPUINFO_KEYS[key], value)
+    out: dict[str, Any] = {}
+    for key, values in seen.items():
+        joined = ",".join(values)
+        out[key] = joined if key in ("vendor", "cache_size") else _number(joined)
+    if flags:
+        out["flags_sha256"] = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()
+    return out
+
+
+def cache_sizes(cpu_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, str] | None:
+    """The caches of the first CPU from sysfs: ``{"L1d": "48K", "L1i": "32K", "L2": ...}``.
+
+    Returns
+    -------
+    dict or None
+        Sizes as sysfs reports them, by level and type (``d`` data, ``i`` instruction,
+        nothing for a unified cache); ``None`` where sysfs has no cache description.
+    """
+    suffix = {"Data": "d", "Instruction": "i", "Unified": ""}
+    out = {}
+    for index in sorted(Path(cpu_dir).glob("index[0-9]*")):
+        level, kind = _read(str(index / "level")), _read(str(index / "type"))
+        size = _read(str(index / "size"))
+        if level and kind and size:
+            out[f"L{level}{suffix.get(kind, kind)}"] = size
+    return dict(sorted(out.items())) or None
+
+
+def cpu_identity() -> dict[str, Any]:
+    """Which CPU this is, beyond its model name: see :data:`CPU_IDENTITY_FIELDS`.
+
+    Two CPUs can share a model name ("Intel(R) Xeon(R) Processor" in many VMs) while
+    differing in model number, stepping, instruction set or caches, all of which move
+    timings; the report keeps runs of different identities apart.
+
+    Returns
+    -------
+    dict
+        On Linux what ``/proc/cpuinfo`` (:func:`parse_cpuinfo`) and sysfs
+        (:func:`cache_sizes`, as ``caches``) say; elsewhere ``processor``
+        (:func:`platform.processor`) where it is not empty. Unreadable fields are absent.
+    """
+    info = _read("/proc/cpuinfo")
+    if info is None:
+        return {"processor": platform.processor()} if platform.processor() else {}
+    out = parse_cpuinfo(info)
+    caches = cache_sizes()
+    if caches is not None:
+        out["caches"] = caches
+    return out
+
+
 def governor() -> str | None:
     """Return the cpufreq scaling governor(s) where readable (often not in VMs)."""
     found = set()
@@ -54,10 +187,11 @@ def load_average() -> list[float] | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """Describe the machine: hostname, CPU model and count, kernel, governor, load."""
+    """Describe the machine: hostname, CPU model, identity and count, kernel, governor, load."""
     return {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
+        "cpu": cpu_identity(),
         "cpu_count": os.cpu_count(),
         "cpus_allowed": sorted(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")

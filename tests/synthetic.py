@@ -76,6 +76,7 @@ def write_run(
     noise_seed: int | None = None,
     python_version: str = "3.12.1",
     cpu_model: str = "Synthetic CPU @ 1.00GHz",
+    cpu: Mapping[str, Any] | None = None,
     executable: str | None = None,
     write_samples: bool = True,
 ) -> Path:
@@ -104,6 +105,9 @@ def write_run(
         Another generator seed, for runs that record the same run seed.
     python_version, cpu_model
         Environment strings.
+    cpu
+        ``machine.cpu`` (the CPU identity: vendor, family, model, ...); default: none
+        written, as in runs recorded before it existed.
     executable
         The interpreter's path (default ``/usr/bin/python3.<minor>``).
     write_samples
@@ -213,6 +217,7 @@ def write_run(
             "governor": None,
             "load_avg_start": [0.1, 0.1, 0.1],
             "load_avg_end": [0.9, 0.5, 0.2],
+            **({} if cpu is None else {"cpu": dict(cpu)}),
         },
         "python": {
             "executable": executable,

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -71,10 +72,18 @@ def test_cli_options_are_the_fields() -> None:
     assert _options("report") == settings | report
 
 
+def _parameters_cell_source(path: Path) -> str:
+    """The source of a notebook's ``parameters`` cell."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
 @pytest.mark.parametrize("path", sorted(run_notebook.expected_parameters_cells()), ids=str)
 def test_notebook_parameters_cells_are_generated_from_the_fields(path: Path) -> None:
     expected = run_notebook.expected_parameters_cells()[path]
-    assert run_notebook.parameters_cell_source(path) == expected, (
+    assert _parameters_cell_source(path) == expected, (
         f"{path.name}'s parameters cell differs from kvqueue.params: run `make notebooks`"
     )
 
@@ -84,7 +93,7 @@ def test_the_bench_notebook_declares_every_value_the_cli_passes() -> None:
     not declare would reach the notebook untyped, undocumented and unchecked."""
     p = bench_params.make_params(host="grace")
     passed = bench_params.bench_notebook_parameters(bench_params.Checked(p, {}), Path("/r"), "r")
-    source = run_notebook.parameters_cell_source(run_notebook.BENCH_NOTEBOOK_PATH)
+    source = _parameters_cell_source(run_notebook.BENCH_NOTEBOOK_PATH)
     declared = [s.target.id for s in ast.parse(source).body if isinstance(s, ast.AnnAssign)]
     assert sorted(passed) == sorted(declared)
 
@@ -204,7 +213,9 @@ def _show_env(tmp_path: Path) -> Path:
 def test_make_exports_to_each_target_what_its_command_reads(target: str, tmp_path: Path):
     """Run each target with a stand-in interpreter that prints its environment."""
     show = _show_env(tmp_path)
-    proc = _make(target, f"VPY={show}", f"PYTHON={show}", env={"PATH": os.environ["PATH"]})
+    # PYTHON runs validate's recipe; a target that does not read it refuses it.
+    python = [f"PYTHON={show}"] if "PYTHON" in cli.reads(target) else []
+    proc = _make(target, f"VPY={show}", *python, env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 0, proc.stderr
     exported = re.findall(rf"^{ENV_PREFIX}(\w+)=", proc.stdout, flags=re.M)
     assert sorted(exported) == sorted(cli.reads(target))
@@ -382,18 +393,36 @@ def test_make_variables_reach_the_cli_without_a_shell(tmp_path: Path, host: str,
     assert not (REPO_ROOT / "pwned").exists() and not (tmp_path / "raw").exists()
 
 
+def _from_env(environ: dict[str, str]) -> bench_params.BenchParams:
+    return bench_params.from_text(bench_params.environment_texts(environ))
+
+
 def test_bool_and_number_texts_are_refused_in_one_line() -> None:
     with pytest.raises(BenchInputError, match="quick must be 1 or 0"):
-        bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "maybe"})
+        bench_params.from_text(
+            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "maybe"})
+        )
     with pytest.raises(BenchInputError, match="sample_ms must be a positive number"):
-        bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "inf"})
+        bench_params.from_text(
+            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "inf"})
+        )
     with pytest.raises(BenchInputError, match="sample_ms must be at most"):
-        bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "1e9"})
+        bench_params.from_text(
+            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "1e9"})
+        )
     with pytest.raises(BenchInputError, match="pools lists 2048 twice"):
-        bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_POOLS": "2048 2048"})
+        bench_params.from_text(
+            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_POOLS": "2048 2048"})
+        )
     with pytest.raises(BenchInputError, match="cases lists alloc1 twice"):
-        bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_CASES": "alloc1 alloc1"})
-    p = bench_params.from_environment({"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "1", "KVQUEUE_AA": ""})
+        bench_params.from_text(
+            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_CASES": "alloc1 alloc1"})
+        )
+    p = bench_params.from_text(
+        bench_params.environment_texts(
+            {"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "1", "KVQUEUE_AA": ""}
+        )
+    )
     assert p.quick and not p.aa and p.processes == bench_params.QUICK_OVERRIDES["processes"]
 
 

@@ -7,7 +7,8 @@ caching them is :mod:`kvqueue.report.processed_build`'s job. Tables (one row per
 ``runs``
     run found, complete or not; ``included`` marks the runs the statistics use
     (complete, not altered: see :mod:`kvqueue.rawdata.raw_reader`); ``headline`` the run per
-    host x interpreter that the headline tables show (:func:`headline_runs`);
+    host x interpreter that the headline tables show (:func:`headline_runs`; a host label
+    holding runs on two CPUs counts as two hosts, :func:`host_cpus`);
     ``integrity``, ``git_state``, ``protocol`` and ``warnings`` say how far the run can be
     trusted (``note`` says why a run is left out or not a headline run).
 ``variants``
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvqueue import schema
+from kvqueue import hostinfo, schema
 from kvqueue.params.bench_params import make_assignments
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.rawdata import raw_reader
@@ -118,7 +119,7 @@ def _reduced(text: str) -> bool:
 
 
 def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str], raw_reader.Run]:
-    """The headline run of each host x interpreter: ``{(host, interpreter): run}``.
+    """The headline run of each host x interpreter: ``{(host key, interpreter): run}``.
 
     Rule: among the *included* runs (complete, not altered), the newest run of the full
     protocol (:func:`protocol`) per host x interpreter. A host x interpreter without any
@@ -127,35 +128,166 @@ def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str], raw_reader.R
     displaces a full-protocol one. Quick runs and runs with fewer than
     :data:`kvqueue.stats.paired_stats.MIN_PROCESSES` processes are never headline runs (their rows
     stay in the processed tables, outside the headline tables).
+
+    A *host* here is one CPU under one label (:func:`host_cpus`): a label whose runs were
+    measured on two CPUs has a headline run per CPU and interpreter, keyed ``label`` and
+    ``label#2``, so that the newer CPU's run never stands in for the older CPU's.
     """
+    keys, _ = host_cpus(raw)
     best: dict[tuple[str, str], tuple[bool, tuple[float, str], raw_reader.Run]] = {}
     for run in raw.included:
         kind = protocol(run)
         if kind != FULL and not _reduced(kind):
             continue
         rank = (kind == FULL, _recency(run))
-        key = (run.host, run.interpreter)
+        key = (keys[run.host, run.run_id], run.interpreter)
         if key not in best or rank > best[key][:2]:
             best[key] = (*rank, run)
     return {key: value[2] for key, value in best.items()}
 
 
-def _host_warnings(raw: raw_reader.RawData) -> dict[str, str]:
-    """``{host: warning}`` for host labels whose runs report more than one CPU model."""
-    models: dict[str, dict[str, int]] = {}
-    for run in raw.runs:
-        model = (run.meta.get("machine") or {}).get("cpu_model")
-        if model is not None:
-            counts = models.setdefault(run.host, {})
-            counts[str(model)] = counts.get(str(model), 0) + 1
-    out = {}
-    for host, counts in models.items():
-        if len(counts) > 1:
-            listed = ", ".join(
-                f"{m} ({n} run{'s' if n > 1 else ''})" for m, n in sorted(counts.items())
-            )
-            out[host] = f"host label {host} has runs on {len(counts)} CPU models: {listed}"
-    return out
+#: What a run's ``note`` ends with when its host label holds runs on several CPUs: the
+#: host key of its CPU (:func:`host_cpus`), e.g. ``"headline; CPU xeon-vm-2core#2"``.
+CPU_TAG = "; CPU "
+
+
+def cpu_identity(machine: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """What says which CPU a run's ``machine`` record was measured on, as a comparable key.
+
+    Parameters
+    ----------
+    machine
+        ``run.json`` ``machine``.
+
+    Returns
+    -------
+    tuple or None
+        ``(field, value as JSON)`` pairs: the model name and every field of
+        :data:`kvqueue.hostinfo.CPU_IDENTITY_FIELDS` that ``machine.cpu`` holds; the
+        model name alone for a run recorded before ``machine.cpu`` existed (or where
+        nothing of it was readable); ``None`` when not even the model name is known.
+    """
+    name = machine.get("cpu_model")
+    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
+    found = [f for f in hostinfo.CPU_IDENTITY_FIELDS if cpu.get(f) is not None]
+    if name is None and not found:
+        return None
+    # JSON (keys sorted) makes a dict of caches and an int comparable and hashable.
+    pairs = [
+        ("cpu_model", json.dumps(name)),
+        *((f, json.dumps(cpu[f], sort_keys=True)) for f in found),
+    ]
+    return tuple(pairs)
+
+
+def _describe_cpu(machine: Mapping[str, Any]) -> str:
+    """One line naming a CPU identity: ``Xeon [GenuineIntel family 6 model 207 ...]``."""
+    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
+    name = str(machine.get("cpu_model") or "unnamed CPU")
+    parts = []
+    ids = [
+        f"{label} {cpu[f]}"
+        for f, label in (("family", "family"), ("model", "model"), ("stepping", "stepping"))
+        if cpu.get(f) is not None
+    ]
+    if cpu.get("vendor") is not None or ids:
+        parts.append(" ".join([str(cpu.get("vendor", "")), *ids]).strip())
+    if cpu.get("processor") is not None:
+        parts.append(f"processor {cpu['processor']}")
+    if cpu.get("flags_sha256") is not None:
+        parts.append(f"flags {str(cpu['flags_sha256'])[:12]}")
+    if isinstance(cpu.get("caches"), dict):
+        parts.append("caches " + " ".join(f"{k} {v}" for k, v in sorted(cpu["caches"].items())))
+    if cpu.get("cache_size") is not None:
+        parts.append(f"cache size {cpu['cache_size']}")
+    # A run without machine.cpu is compared on its model name only: say so, since two
+    # CPUs under that name cannot be told apart.
+    return f"{name} [{' · '.join(parts) or 'model name only'}]"
+
+
+def host_cpus(raw: raw_reader.RawData) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """Split each host label by the CPUs its runs were measured on.
+
+    A label's CPUs are the distinct :func:`cpu_identity` keys of its runs, numbered by
+    first appearance (oldest run first): runs of the first keep the label as their host
+    key, runs of the *n*-th get ``label#n``. A run with no identity at all (no model name)
+    cannot be placed and keeps the label. Runs recorded before ``machine.cpu`` existed
+    are compared on the model name alone, so a label whose old runs lack it and whose new
+    runs carry it is split too: the report cannot tell that they are one CPU.
+
+    Parameters
+    ----------
+    raw
+        The runs to group (the bench runs: what :func:`headline_runs` ranks).
+
+    Returns
+    -------
+    keys
+        ``{(host, run_id): host key}`` for every run of ``raw``.
+    warnings
+        ``{host: warning}`` for every label holding runs on more than one CPU; the
+        wording of :func:`_host_warning`.
+    """
+    by_host: dict[str, list[raw_reader.Run]] = {}
+    for run in sorted(raw.runs, key=_recency):
+        by_host.setdefault(run.host, []).append(run)
+    keys: dict[tuple[str, str], str] = {}
+    warnings: dict[str, str] = {}
+    for host, runs in by_host.items():
+        number: dict[tuple[tuple[str, str], ...], int] = {}
+        members: dict[int, list[raw_reader.Run]] = {}
+        for run in runs:
+            ident = cpu_identity(run.meta.get("machine") or {})
+            n = 1 if ident is None else number.setdefault(ident, len(number) + 1)
+            keys[run.host, run.run_id] = host if n == 1 else f"{host}#{n}"
+            if ident is not None:
+                members.setdefault(n, []).append(run)
+        if len(number) > 1:
+            warnings[host] = _host_warning(host, members)
+    return keys, warnings
+
+
+def _host_warning(host: str, members: Mapping[int, Sequence[raw_reader.Run]]) -> str:
+    """The warning of a label on several CPUs (``members``: CPU number -> its runs)."""
+
+    def count(n: int) -> str:
+        return f"{n} run{'s' if n > 1 else ''}"
+
+    machines = {n: runs[0].meta.get("machine") or {} for n, runs in members.items()}
+    if not any(isinstance(m.get("cpu"), dict) and m["cpu"] for m in machines.values()):
+        # Only model names to compare (runs recorded before machine.cpu): the wording
+        # the report has always used for them.
+        listed = ", ".join(
+            f"{m.get('cpu_model')} ({count(len(members[n]))})"
+            for n, m in sorted(machines.items(), key=lambda item: str(item[1].get("cpu_model")))
+        )
+        return f"host label {host} has runs on {len(members)} CPU models: {listed}"
+    listed = ", ".join(
+        f"{host if n == 1 else f'{host}#{n}'} = {_describe_cpu(machines[n])} in "
+        f"{count(len(members[n]))}"
+        for n in sorted(members)
+    )
+    return f"host label {host} holds runs on {len(members)} CPUs, kept apart: {listed}"
+
+
+def host_key_of(host: str, note: object) -> str:
+    """The host key of a ``runs`` row: its CPU's (:data:`CPU_TAG` in ``note``) or ``host``.
+
+    Parameters
+    ----------
+    host, note
+        The row's ``host`` and ``note``.
+
+    Returns
+    -------
+    str
+        ``host`` or ``host#n``.
+    """
+    if isinstance(note, str) and CPU_TAG in note:
+        tag = note.rpartition(CPU_TAG)[2]
+        if tag == host or tag.startswith(f"{host}#"):
+            return tag
+    return host
 
 
 def release_digests(raw: raw_reader.RawData) -> dict[str, dict[str, int]]:
@@ -246,8 +378,10 @@ def runs_table(
     pandas.DataFrame
     """
     heads = headline_runs(raw)
-    full_keys = {(r.host, r.interpreter) for r in raw.included if protocol(r) == FULL}
-    host_warnings = _host_warnings(raw)
+    host_keys, host_warnings = host_cpus(raw)
+    full_keys = {
+        (host_keys[r.host, r.run_id], r.interpreter) for r in raw.included if protocol(r) == FULL
+    }
     digests = release_digests(raw)
     rows = []
     for run in raw.runs:
@@ -256,9 +390,14 @@ def runs_table(
         planned = m.get("processes_planned") or {}
         completed = m.get("processes_completed") or {}
         info = m.get("process_info") or []
-        key = (run.host, run.interpreter)
+        key = (host_keys[run.host, run.run_id], run.interpreter)
         headline = heads.get(key) is run
         kind = protocol(run)
+        note = _note(run, kind, headline, key in full_keys)
+        if run.host in host_warnings:
+            # The label holds several CPUs: say which one this run is on (the
+            # provenance tables key their columns on it).
+            note += f"{CPU_TAG}{key[0]}"
         git = (git_states or {}).get(f"{run.host}/{run.run_id}")
         base_var = next(v for v in m["variants"] if v["label"] == m["baseline"])
         rows.append(
@@ -269,7 +408,7 @@ def runs_table(
                 "status": run.status,
                 "included": run.included,
                 "headline": headline,
-                "note": _note(run, kind, headline, key in full_keys),
+                "note": note,
                 "integrity": _none_to_na(run.integrity),
                 "git_state": _none_to_na(git),
                 "protocol": kind,

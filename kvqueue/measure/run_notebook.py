@@ -180,13 +180,6 @@ def _parameters_cell(nb: dict[str, Any]) -> dict[str, Any]:
     return cells[0]
 
 
-def parameters_cell_source(path: Path) -> str:
-    """The source of a notebook's ``parameters`` cell."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    source = _parameters_cell(nb)["source"]
-    return "".join(source) if isinstance(source, list) else source
-
-
 def expected_parameters_cells() -> dict[Path, str]:
     """Each notebook and the ``parameters`` cell generated for it by :mod:`kvqueue.params`."""
     return {

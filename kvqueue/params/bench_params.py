@@ -228,11 +228,6 @@ def environment_texts(environ: Mapping[str, str]) -> dict[str, str | None]:
     return spec.environment_texts(bench_fields(), environ)
 
 
-def from_environment(environ: Mapping[str, str]) -> BenchParams:
-    """Build checked parameters from ``KVQUEUE_<MAKE VARIABLE>`` environment variables."""
-    return from_text(environment_texts(environ))
-
-
 def make_params(**given: Any) -> BenchParams:
     """Build and check :class:`BenchParams` from values; missing ones take the default.
 

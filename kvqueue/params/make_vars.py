@@ -8,13 +8,21 @@ all. ``$(value ...)`` hands the text over as typed: neither Make nor a shell eva
 it, and the unexport keeps Make from exporting command-line variables to every recipe,
 expanded on the way (a ``HOST='$(shell ...)'`` would run).
 
+Run as a module (``python -S -m kvqueue.params.make_vars GOALS OWN NAME...``), it writes
+the one line that refuses command-line variables no goal reads (:func:`refusal`, with the
+nearest known name): the Makefile finds them with the include's lists and starts this only
+then.
+
 Standard library only: the Makefile runs this under the interpreter that creates the
 virtual environment, before anything is installed.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+import sys
+from collections.abc import Mapping, Sequence
 
 from kvqueue.params.command_params import MAKE_DEFAULTS, READS
 from kvqueue.params.spec import ENV_PREFIX
@@ -64,3 +72,85 @@ def fragment() -> str:
         lines += [f"{target}: export {ENV_PREFIX}{v} = $(value {v})" for v in variables]
     lines += ["", f"unexport {' '.join(names)}"]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ unknown variables
+
+
+def _nearest(name: str, candidates: Sequence[str]) -> str | None:
+    """The candidate closest to ``name`` (case aside: ``host`` finds ``HOST``), if any."""
+    found = difflib.get_close_matches(name.upper(), list(dict.fromkeys(candidates)), n=1)
+    return found[0] if found else None
+
+
+def _describe(name: str, known: Sequence[str], per_target: Mapping[str, list[str]]) -> str:
+    """``name`` and, in parentheses, the nearest name the goals know, else the targets
+    whose variable it is, or is nearly (the typo is unknown in advance: searched here)."""
+    near = _nearest(name, known)
+    if near is not None:
+        return f"{name} (did you mean {near}?)"
+    elsewhere = [v for vs in per_target.values() for v in vs]
+    near = _nearest(name, elsewhere)
+    if near is None:
+        return name
+    readers = ", ".join(t for t, vs in per_target.items() if near in vs)
+    if near == name:
+        return f"{name} (a variable of {readers})"
+    return f"{name} (did you mean {near}? a variable of {readers})"
+
+
+def refusal(goals: Sequence[str], own: Sequence[str], given: Sequence[str]) -> str:
+    """The one line that refuses the command-line variables no goal reads ('' if none).
+
+    Parameters
+    ----------
+    goals
+        Make's goals (several: a variable is fine if any of them reads it).
+    own
+        The variables the Makefile itself reads for these goals (``VPY``, ``BOOTSTRAP_PY``,
+        report's ``CASES``, ...), which no declaration lists.
+    given
+        The names of the variables given on Make's command line.
+
+    Returns
+    -------
+    str
+        ``make GOALS: unknown variable NAME (did you mean ...?); the variables of ...``,
+        or '' when every name is read: the Makefile asks only about names its include
+        does not list, which a stale include (a variable just declared) can miss.
+    """
+    per_target = targets()
+    goals = list(dict.fromkeys(goals))
+    known = [v for g in goals for v in per_target.get(g, [])] + list(own)
+    unknown = [n for n in dict.fromkeys(given) if n not in known]
+    if not unknown:
+        return ""
+    plural = "s" if len(unknown) > 1 else ""
+    described = ", ".join(_describe(n, known, per_target) for n in unknown)
+    listing = [f"the variables of {g}: {' '.join(per_target[g])}" for g in goals if g in per_target]
+    and_ = "and " if listing else ""
+    listing.append(f"{and_}the Makefile's own: {' '.join(dict.fromkeys(own))}")
+    return f"make {' '.join(goals)}: unknown variable{plural} {described}; {'; '.join(listing)}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -S -m kvqueue.params.make_vars GOALS OWN NAME...``: print :func:`refusal`.
+
+    The Makefile runs this only when a command-line variable is not in its include, so a
+    call to `make` with known variables starts no Python. ``GOALS`` and ``OWN`` are each
+    one space-separated argument. Prints the line (nothing: every name is read) and exits
+    0; exit 2 on a wrong call, so that the Makefile refuses without a suggestion.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2:
+        print("usage: python -m kvqueue.params.make_vars GOALS OWN [NAME ...]", file=sys.stderr)
+        return 2
+    goals, own, *given = args
+    line = refusal(goals.split(), own.split(), given)
+    if line:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

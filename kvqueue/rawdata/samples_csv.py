@@ -7,6 +7,7 @@ Used by :mod:`kvqueue.rawdata.raw_reader`, which re-exports both.
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,28 @@ def _read_csv_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
     return header, rows, lines
 
 
+#: A column of plain whole numbers / of numbers without surrounding white space, as the
+#: runner writes them: then the column is converted in one call. Stripping and checking
+#: every value one by one was 7 of the 12 s of reading the committed runs' samples.
+_PLAIN_INTS = re.compile(r"(?:-?[0-9]+\n)*")
+_NO_SPACE = re.compile(r"[^\s]*")
+
+
+def _plain_column(text: pd.Series, whole: bool) -> pd.Series | np.ndarray | None:
+    """``text`` converted at once when every value is plain (see :data:`_PLAIN_INTS`),
+    with the values the value-by-value path gives; ``None`` sends the column down that
+    path, which names a bad value's line."""
+    joined = "\n".join(text.tolist()) + "\n"
+    if whole:
+        # int() of a plain decimal is exact, as to_numeric's int64 is.
+        return np.array(text.tolist(), dtype=np.int64) if _PLAIN_INTS.fullmatch(joined) else None
+    if not _NO_SPACE.fullmatch(joined.replace("\n", "")):
+        return None
+    values = pd.to_numeric(text, errors="coerce")
+    finite = np.isfinite(values.to_numpy(dtype=float))
+    return values if finite.all() and not values.isna().any() else None
+
+
 def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
     """Parse and check a ``samples.csv`` against its run's metadata.
 
@@ -121,6 +144,10 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
 
     out = pd.DataFrame(index=raw.index)
     for col in _INT_COLUMNS + _FLOAT_COLUMNS:
+        fast = _plain_column(raw[col], col in _INT_COLUMNS)
+        if fast is not None:
+            out[col] = fast
+            continue
         text = raw[col].str.strip()
         values = pd.to_numeric(text, errors="coerce")
         bad = values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=float))

@@ -672,13 +672,3 @@ def draw(data: store.Processed, name: str, folder: Path | str, cache: Path | Non
     spec = FIGURES[name]
     key = figure_key(data, name, spec.tables)
     return cached(key, folder, name, lambda: spec.draw(data), cache=cache)
-
-
-def existing(folder: Path | str, names: Sequence[str] = tuple(FIGURES)) -> dict[str, Path]:
-    """Return the figures of ``names`` that exist as PNG in ``folder``."""
-    out = {}
-    for name in names:
-        path = Path(folder) / f"{name}.png"
-        if path.is_file():
-            out[name] = path
-    return out

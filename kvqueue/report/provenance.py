@@ -198,7 +198,8 @@ def environment_table(data: store.Processed) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        A ``Field`` column, then one column per headline run (``host · interpreter``).
+        A ``Field`` column, then one column per headline run (``host · interpreter``;
+        ``host#2 · interpreter`` for the second CPU under one host label).
     """
     runs = data.headline_runs()
     if runs.empty:
@@ -234,7 +235,12 @@ def environment_table(data: store.Processed) -> pd.DataFrame:
             "Project commit": commit,
         }
         fields = list(values)
-        columns[f"{r.host} · {r.interpreter}"] = list(values.values())
+        # A label holding runs on two CPUs has a headline run per CPU and interpreter:
+        # its CPU's host key (label#2) tells the columns apart instead of one hiding
+        # the other.
+        columns[f"{ab_analysis.host_key_of(r.host, r.note)} · {r.interpreter}"] = list(
+            values.values()
+        )
     out = pd.DataFrame({"Field": fields, **columns})
     out.attrs["wrap"] = list(columns)
     return out

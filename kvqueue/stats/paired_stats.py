@@ -323,6 +323,17 @@ def bootstrap_interval(
         return Interval(estimate, math.nan, math.nan, n, **info)
     if all(np.ptp(a) == 0 for a in arrays):
         return Interval(estimate, estimate, estimate, n, **info)
+    if method == "percentile":
+        # scipy.stats.bootstrap's percentile interval, computed directly: the same draws
+        # (one rng.integers(0, n, (resamples, n)) from the fresh seeded generator, the
+        # same for paired and single samples), the same quantile call. Its wrapper
+        # (input checks, the paired-index indirection) was 5.7 of the 17.4 s of five
+        # runs' analysis, and every cell of a run draws the same table (one seed, one n).
+        index = _resample_index(n, resamples, seed)
+        theta = statistic(*(a[index] for a in arrays), axis=-1)
+        alpha = np.asarray((1 - confidence) / 2, dtype=theta.dtype)
+        low, high = scipy_stats().quantile(theta, np.stack((alpha, 1 - alpha)), axis=-1)
+        return Interval(estimate, float(low), float(high), n, **info)
     res = scipy_stats().bootstrap(
         tuple(arrays),
         statistic,
@@ -335,6 +346,15 @@ def bootstrap_interval(
     )
     low, high = res.confidence_interval
     return Interval(estimate, float(low), float(high), n, **info)
+
+
+@lru_cache(maxsize=32)
+def _resample_index(n: int, resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap's resampling table: row ``b`` holds the processes of resample ``b``
+    (read-only: it is shared by every cell with ``n`` processes)."""
+    index = np.random.default_rng(seed).integers(0, n, (resamples, n))
+    index.setflags(write=False)
+    return index
 
 
 def _reduction(ratios: np.ndarray, axis: int = -1) -> np.ndarray:
