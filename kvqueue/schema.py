@@ -501,7 +501,10 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "change": _F,  # median per-process ratio newer/older, minus 1 (+ = slower)
         "ci_low": _F,
         "ci_high": _F,
-        "significant": _B,  # the interval excludes 0
+        "p_value": _F,  # exact two-sided sign test of the per-process ratios (median 1)
+        # the interval excludes 0 and the cell holds up under Benjamini-Hochberg over its
+        # answer's step x cell tests (kvqueue.history.history_analysis)
+        "significant": _B,
     },
     # One row per run folder found, whatever its kind (kvqueue.rawdata.run_ledger).
     "ledger": {

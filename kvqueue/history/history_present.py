@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 def step_table(steps: pd.DataFrame, counts: pd.DataFrame | None = None) -> pd.DataFrame:
     """Release range -> change in time [95 % CI], one column per case (headline runs).
 
-    Only steps that are significant in at least one case of their run are shown; a
+    Only steps that are significant (false-discovery control included) in at least one
+    case of their run are shown, with their kind (:func:`step_kinds`); a
     cell is ``+12.3% [+10.1, +14.0]`` (positive: the newer release takes longer), with
     ``*`` on significant cells, and ``· instr +9.8%`` where a history counts run of the
     same interpreter counted the same two versions on that case (instructions per
@@ -80,6 +81,8 @@ def step_table(steps: pd.DataFrame, counts: pd.DataFrame | None = None) -> pd.Da
         key=lambda s: s.map(order) if s.name == "release_range" else s,
     )
     wide.columns.name = None
+    kinds = step_kinds(steps, counts)
+    wide.insert(3, "Step", wide["release_range"].map(lambda rr: kinds.get(rr, NOT_COUNTED)))
     return wide.rename(
         columns={"host": "Host", "interpreter": "Interpreter", "release_range": "Release range"}
     ).reset_index(drop=True)
@@ -142,7 +145,9 @@ def note(versions: pd.DataFrame) -> str:
     return text
 
 
-def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+def figure(
+    versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | None = None
+) -> Figure:
     """ns per cycle by version in release order, per interpreter (rows) and case
     (columns), with CI error bars; significant steps numbered (the same number in every
     panel), with a key of their release ranges under the panels.
@@ -151,16 +156,19 @@ def figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     ----------
     versions, steps
         The processed ``history`` and ``history_steps`` tables.
+    counts
+        The processed ``count_steps`` table: code-cost steps are numbered in red,
+        time-only steps in grey (:func:`step_kinds`).
 
     Returns
     -------
     matplotlib.figure.Figure
     """
     with plotstyle.theme():
-        return _figure(versions, steps)
+        return _figure(versions, steps, counts)
 
 
-def _figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+def _figure(versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | None) -> Figure:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -189,7 +197,8 @@ def _figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     # One number per significant release step, the same in every panel, explained in a
     # key under the panels: the release ranges written beside the points were 4.5 pt
     # vertical text, unreadable at 100 % (issue 18).
-    numbers = step_numbers(steps, versions)
+    numbers = step_numbers(steps, versions, counts)
+    kinds = step_kinds(steps, counts)
     key_rows = -(-len(numbers) // 3) if numbers else 0
     fig = Figure(figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4))
     axes = fig.subplots(len(rows), len(cells), squeeze=False)
@@ -236,12 +245,15 @@ def _figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
                     va="bottom" if r.change > 0 else "top",
                     fontsize=8.5,
                     fontweight="bold",
-                    color="tab:red",
+                    color="tab:gray" if kinds.get(r.release_range) == TIME_ONLY else "tab:red",
                 )
             if len(shown):
                 ax.margins(y=0.15)
     if numbers:
-        key = [f"{n}: {rr}" for rr, n in numbers.items()]
+        key = [
+            f"{n}: {rr}" + (" (time only)" if kinds.get(rr) == TIME_ONLY else "")
+            for rr, n in numbers.items()
+        ]
         per_col = key_rows
         cols = ["\n".join(key[c * per_col : (c + 1) * per_col]) for c in range(3)]
         key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
@@ -252,7 +264,8 @@ def _figure(versions: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         fig.text(
             0.02,
             0.01 + (key_in + 0.08) / fig.get_figheight(),
-            "Red numbers: steps whose interval excludes 0 (above the point: slower; below: faster)",
+            "Numbered: steps that hold up under the false-discovery control (above the point: "
+            "slower; below: faster); red: the instruction counts moved too, grey: time only",
             fontsize=9,
             color="tab:red",
         )
@@ -292,12 +305,58 @@ def _significant_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[steps["headline"].astype(bool) & steps["significant"].astype(bool)]
 
 
-def step_numbers(steps: pd.DataFrame, versions: pd.DataFrame) -> dict[str, int]:
-    """Number of each significant release step of the headline runs, oldest first: the
-    figure marks the steps with these numbers, the writeup lists them with the same."""
+#: The smallest change in instructions per operation that counts as a change of the
+#: executed code's cost. One version's counts move by up to ~1 % with the pool size
+#: (the counts are taken at 2,048 blocks, the times at 2,048 and 100,000); in the
+#: committed history every step's largest change is either below 0.6 % (11 steps) or
+#: above 7.8 % (5 steps).
+CODE_COST_MIN = 0.01
+CODE_COST, TIME_ONLY, NOT_COUNTED = "code cost", "time only", "not counted"
+
+
+def step_kinds(steps: pd.DataFrame, counts: pd.DataFrame | None) -> dict[str, str]:
+    """Kind of each significant step of the headline runs: :data:`CODE_COST` when the
+    instruction counts of the same interpreter moved by :data:`CODE_COST_MIN` or more
+    in a case where its time moved significantly; :data:`TIME_ONLY` when they were
+    counted there and did not (layout or noise: not attributable to the diff);
+    :data:`NOT_COUNTED` when no counts run covers those cells."""
+    sig = _significant_steps(steps)
+    instr: dict[tuple[str, str, str, str], float] = {}
+    if counts is not None and len(counts):
+        for c in counts.itertuples():
+            instr.setdefault((c.interpreter, c.from_version, c.to_version, c.case), c.instr_change)
+    kinds = {}
+    for rr, grp in sig.groupby("release_range", sort=False):
+        known = [
+            instr[k]
+            for k in zip(
+                grp["interpreter"], grp["from_version"], grp["to_version"], grp["case"], strict=True
+            )
+            if k in instr and not pd.isna(instr[k])
+        ]
+        if not known:
+            kinds[rr] = NOT_COUNTED
+        elif any(abs(v) >= CODE_COST_MIN for v in known):
+            kinds[rr] = CODE_COST
+        else:
+            kinds[rr] = TIME_ONLY
+    return kinds
+
+
+def step_numbers(
+    steps: pd.DataFrame, versions: pd.DataFrame, counts: pd.DataFrame | None = None
+) -> dict[str, int]:
+    """Number of each significant release step of the headline runs: the steps whose
+    executed code changed cost (or that were not counted) first, then the time-only
+    ones, each group oldest first. The figure marks the steps with these numbers, the
+    writeup lists them with the same."""
     sig = _significant_steps(steps)
     if sig.empty:
         return {}
+    kinds = step_kinds(steps, counts)
     order = dict(zip(versions["version"], versions["order"], strict=False))
-    ranked = sig.assign(_o=sig["to_version"].map(order)).sort_values("_o", kind="stable")
+    ranked = sig.assign(
+        _t=sig["release_range"].map(lambda rr: kinds.get(rr) == TIME_ONLY),
+        _o=sig["to_version"].map(order),
+    ).sort_values(["_t", "_o"], kind="stable")
     return {rr: k for k, rr in enumerate(dict.fromkeys(ranked["release_range"]), start=1)}

@@ -252,10 +252,14 @@ def _significant(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[steps["significant"].astype(bool)] if not steps.empty else steps
 
 
-def _step_lines(steps: pd.DataFrame, numbers: dict[str, int]) -> list[str]:
+def _step_lines(
+    steps: pd.DataFrame, numbers: dict[str, int], counts: pd.DataFrame | None = None
+) -> list[str]:
     """One bullet per significant release step, numbered as in the figure: the range of
-    its changes over the cells."""
+    its changes over the cells, and what the instruction counts say of it."""
     sig = _significant(steps)
+    kinds = history_present.step_kinds(steps, counts)
+    instr = counts if counts is not None else pd.DataFrame()
     lines = []
     for rr, number in numbers.items():
         cells = steps[steps["release_range"] == rr]
@@ -269,8 +273,20 @@ def _step_lines(steps: pd.DataFrame, numbers: dict[str, int]) -> list[str]:
                 f" to {fmt_signed_pct(hi['change'])} {fmt_signed_ci(hi['ci_low'], hi['ci_high'])}"
                 f" ({hi['case']}, {hi['interpreter']}, {hi['host']})"
             )
+        kind = kinds.get(rr, history_present.NOT_COUNTED)
+        if kind != history_present.NOT_COUNTED and len(instr):
+            mine = instr[
+                (instr["from_version"] == lo["from_version"])
+                & (instr["to_version"] == lo["to_version"])
+            ]["instr_change"]
+            text += (
+                f"; instructions {fmt_signed_pct(mine.min())} to {fmt_signed_pct(mine.max())}"
+                if mine.min() != mine.max()
+                else f"; instructions {fmt_signed_pct(mine.min())}"
+            )
         lines.append(
             f"{number}. **{rr}**: {text}; significant in {len(hits)} of {len(cells)} cells"
+            + (" (not counted)" if kind == history_present.NOT_COUNTED else "")
         )
     return lines
 
@@ -295,16 +311,34 @@ def _history(question: Question) -> list[Section]:
         + ", ".join(f"{r.host}/{r.run_id}" for r in runs.itertuples())
         + "). A step's change is the median over processes of the paired per-process "
         "ratio newer/older − 1 (+ = the newer release is slower); significant: its "
-        f"{ci_header(data.settings.confidence)} excludes 0."
+        f"{ci_header(data.settings.confidence)} excludes 0 and its sign test holds up under "
+        "the Benjamini-Hochberg false-discovery control over every step × cell of this "
+        f"answer at {1 - data.settings.confidence:.0%}."
     )
-    numbers = history_present.step_numbers(steps, versions)
-    lines = _step_lines(steps, numbers)
+    counts = data.count_steps
+    numbers = history_present.step_numbers(steps, versions, counts)
+    kinds = history_present.step_kinds(steps, counts)
+    code = {rr: n for rr, n in numbers.items() if kinds.get(rr) != history_present.TIME_ONLY}
+    time_only = {rr: n for rr, n in numbers.items() if rr not in code}
+    lines = _step_lines(steps, code, counts)
     answer = (
-        "Significant steps, numbered as in the figure (lowest to highest change over the "
-        "cells: case, interpreter, host):\n\n" + "\n".join(lines)
+        "Steps that hold up under the false-discovery control, numbered as in the figure "
+        "(lowest to highest change over the cells: case, interpreter, host), where the "
+        "executed code's cost changed too (instructions per operation moved by "
+        f"{history_present.CODE_COST_MIN:.0%} or more):\n\n" + "\n".join(lines)
         if lines
-        else "No step's interval excludes 0."
+        else "No step whose instruction counts moved holds up under the false-discovery control."
     )
+    if time_only:
+        answer += (
+            f"\n\n<details><summary>{len(time_only)} time-only "
+            f"step{'s' if len(time_only) != 1 else ''}: the time moved, the executed "
+            "instructions did not (by less than "
+            f"{history_present.CODE_COST_MIN:.0%}): layout or noise, not attributable to "
+            "the diff</summary>\n\n"
+            + "\n".join(_step_lines(steps, time_only, counts))
+            + "\n\n</details>"
+        )
     out = [
         Section("title", question.title, level=1, note=intro),
         Section("answer", "Answer", note=answer, figure="history"),
