@@ -128,8 +128,9 @@ RAW_FILES    := $(shell find $(RAW_DIR) -type f 2>/dev/null)
 RAW_FOLDERS  := $(wildcard $(RAW_DIR)) $(wildcard $(RAW_DIR)/*/) $(wildcard $(RAW_DIR)/*/*/)
 # And git's index: the report shows whether each run is committed and unmodified.
 GIT_STATE    := $(wildcard .git/index .git/HEAD)
-# The scope (RAW_DIR, HOSTS, RUNS): rewritten only when it changes, so a report of other
-# runs is rebuilt and an unchanged one is not.
+# The scope (RAW_DIR, HOSTS, RUNS) and KV_REGIONS (it prices the policy runs): rewritten only
+# when it changes, so a report of other runs or prices is rebuilt and an unchanged one is not;
+# the report is built again only then.
 REPORT_SCOPE := reports/.scope
 REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(REPORT_SCOPE) \
                 $(wildcard kvqueue/*.py kvqueue/*/*.py) notebooks/report.ipynb
@@ -148,7 +149,7 @@ report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.htm
 	  sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX); fi
 
 $(REPORT_SCOPE): FORCE
-	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS))
+	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS) KV_REGIONS=$(value KV_REGIONS))
 	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 .PHONY: FORCE

@@ -20,6 +20,7 @@ from kvqueue.errors import BenchInputError
 from kvqueue.formatting import TOO_FEW
 from kvqueue.measure import run_folder
 from kvqueue.params import policy_params
+from kvqueue.params.report_params import ReportSettings
 from kvqueue.policy import (
     age_windows,
     churn,
@@ -337,10 +338,16 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     table = synthetic.policy_table(raw)
     assert _steady(table, "settled")["estimate"] == 1.0
     assert _steady(table, "desc_reduction")["estimate"] == pytest.approx(2.0, rel=0.02)
-    # Saved: (40 - 20) descriptors per READ x 1,000 ns; added: (3,000 - 1,000) ns per READ.
-    assert _steady(table, "ns_saved")["estimate"] == pytest.approx(20_000, rel=0.02)
+    # Saved: (40 - 20) block-runs per READ x 64 KV regions (the run records none: the
+    # default) x 1,000 ns; added: (3,000 - 1,000) ns per READ; even at 2,000 / 20,000.
+    assert _steady(table, "ns_saved")["estimate"] == pytest.approx(1_280_000, rel=0.02)
     assert _steady(table, "ns_added")["estimate"] == pytest.approx(2_000, rel=0.01)
-    assert _steady(table, "net_ns")["estimate"] == pytest.approx(18_000, rel=0.03)
+    assert _steady(table, "net_ns")["estimate"] == pytest.approx(1_278_000, rel=0.03)
+    assert _steady(table, "break_even_regions")["estimate"] == pytest.approx(0.1, rel=0.05)
+    # The same run priced for one region per block (make report KV_REGIONS=1).
+    one = synthetic.policy_table(raw, settings=ReportSettings(kv_regions=1))
+    assert _steady(one, "ns_saved")["estimate"] == pytest.approx(20_000, rel=0.02)
+    assert _steady(one, "net_ns")["estimate"] == pytest.approx(18_000, rel=0.03)
     shown = policy_present.display_table(table)
     head = next(c for c in shown.columns if c.startswith("steady state"))
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0].startswith("2.0")

@@ -8,6 +8,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -25,6 +26,12 @@ from kvqueue.params.value_checks import (
     no_duplicates,
     whole,
 )
+
+#: KV regions per block on one rank, the default: vLLM's NIXL connector posts one
+#: descriptor per (region, block), descriptor id ``region_id * num_blocks + block_id``,
+#: over 2 x layers regions when K and V are kept apart (layers for MLA). Llama-3.1-8B's
+#: public configuration has ``num_hidden_layers: 32``: 64 regions on one rank (TP 1).
+DEFAULT_KV_REGIONS = 64
 
 #: Longest run in pool turnovers (a bound on a typo's cost, not a measured limit).
 MAX_TURNOVERS = 100_000.0
@@ -140,6 +147,13 @@ class PolicyParams:
         "DESC_COST_NS",
         "posting cost per descriptor, ns (PR #55841: 79.6 ms / 23,252 descriptors)",
         "float",
+    )
+    kv_regions: int = param(
+        DEFAULT_KV_REGIONS,
+        "KV_REGIONS",
+        "KV regions per block on one rank: descriptors one block-run of a READ posts "
+        "(2 x layers with K and V apart, layers for MLA; 64: Llama-3.1-8B)",
+        "int",
     )
 
     #: The fields that are the churn workload's (``warmup_steps``/``steps`` stay the
@@ -288,6 +302,10 @@ def check_fields(p: PolicyParams) -> None:
         raise BenchInputError(
             f"REGIME must be one of {', '.join(REGIME_PRESETS)}, got {p.regime!r}"
         )
+    if isinstance(p.kv_regions, bool) or not isinstance(p.kv_regions, int) or p.kv_regions < 1:
+        raise BenchInputError(f"KV_REGIONS must be a whole number >= 1, got {p.kv_regions!r}")
+    if not math.isfinite(p.desc_cost_ns):
+        raise BenchInputError(f"DESC_COST_NS must be a finite number, got {p.desc_cost_ns!r}")
     for name in ("warmup_turnovers", "turnovers", "desc_cost_ns"):
         value = getattr(p, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from kvqueue.errors import BenchInputError
 from kvqueue.params import spec
 from kvqueue.params.spec import param
 
@@ -43,6 +44,9 @@ class ReportSettings:
         Equivalence band of the verdict (fraction).
     method
         scipy bootstrap method.
+    kv_regions
+        KV regions per block on one rank for the policy's net line (0: as each run
+        recorded).
     hosts, runs
         The report's scope: only these host labels / run ids (empty: every run found).
     """
@@ -66,6 +70,13 @@ class ReportSettings:
         "statistic interval of the median; 94-97% measured coverage), or a "
         "scipy.stats.bootstrap method (percentile, basic, BCa) to bootstrap the median",
     )
+    kv_regions: int = param(
+        0,
+        "KV_REGIONS",
+        "KV regions per block on one rank that prices a policy's descriptors (0: each "
+        "run's recorded value; 64 for runs before it was recorded)",
+        "int",
+    )
     hosts: tuple[str, ...] = param(
         (),
         "HOSTS",
@@ -78,6 +89,16 @@ class ReportSettings:
         "report only these run ids, space-separated (empty: every run)",
         "words",
     )
+
+    def __post_init__(self) -> None:
+        # A region count prices a policy's descriptors: a negative or fractional one
+        # would print a net line in no unit at all.
+        if isinstance(self.kv_regions, bool) or not isinstance(self.kv_regions, int):
+            raise BenchInputError(f"KV_REGIONS must be a whole number, got {self.kv_regions!r}")
+        if self.kv_regions < 0:
+            raise BenchInputError(
+                f"KV_REGIONS must be >= 0 (0: as each run recorded), got {self.kv_regions}"
+            )
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ReportSettings:

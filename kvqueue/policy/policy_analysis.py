@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
+from kvqueue.params import policy_params
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.rawdata import raw_reader
 from kvqueue.stats import paired_stats
@@ -51,6 +52,10 @@ LRU = "lru"
 #: Posting cost per descriptor of runs that did not record one: vLLM PR #55841's cluster
 #: run, 79.6 ms for 23,252 descriptors (:class:`kvqueue.params.policy_params.PolicyParams`).
 DEFAULT_DESC_COST_NS = 79.6e6 / 23_252
+#: KV regions per block on one rank of runs that did not record one
+#: (:data:`kvqueue.params.policy_params.DEFAULT_KV_REGIONS`): the PR's cost is per native
+#: descriptor, one per (region, block); a READ's block-run posts one per region.
+DEFAULT_KV_REGIONS = policy_params.DEFAULT_KV_REGIONS
 #: Columns of whole numbers: every column but the names and the mean age-rank excess.
 _INT_COLUMNS = tuple(
     c for c in schema.POLICY_COLUMNS if c not in ("policy", "window", "big_rank_excess")
@@ -82,8 +87,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "desc_p90": ("descriptors per READ, p90", T_INTERVAL),
     "ns_per_request": ("allocator ns per request, both pools", paired_stats.ORDER_STATISTIC),
     "ns_added": ("allocator ns added per request vs lru", paired_stats.ORDER_STATISTIC),
-    "ns_saved": ("descriptors saved × posting cost, ns per request", T_INTERVAL),
+    "ns_saved": (
+        "block-runs saved × KV regions × posting cost, ns per READ",
+        T_INTERVAL,
+    ),
     "net_ns": ("net ns per request: saved − added", paired_stats.ORDER_STATISTIC),
+    "break_even_regions": (
+        "KV regions per block at which the posting saved pays for the allocator time added",
+        paired_stats.ORDER_STATISTIC,
+    ),
     "settled": ("the two halves' descriptor ratios agree (1) or not (0)", "interval overlap"),
 }
 #: ``protocol`` of the processed rows of runs before the steady-state protocol.
@@ -302,7 +314,7 @@ def run_metrics(rows: pd.DataFrame, confidence: float) -> list[dict[str, Any]]:
     return out
 
 
-def _age_per_process(df: pd.DataFrame, cost_ns: float) -> pd.DataFrame:
+def _age_per_process(df: pd.DataFrame, cost_ns: float, regions: int) -> pd.DataFrame:
     """Per process and policy of a set of windows (summed): the per-process values."""
     g = df.groupby(["process", "policy"], sort=False)
     sums = g[
@@ -336,8 +348,14 @@ def _age_per_process(df: pd.DataFrame, cost_ns: float) -> pd.DataFrame:
     out["desc_reduction"] = base["desc_per_read"] / out["desc_per_read"]
     out["runs_reduction"] = base["runs_per_big_alloc"] / out["runs_per_big_alloc"]
     out["ns_added"] = out["ns_per_request"] - base["ns_per_request"]
-    out["ns_saved"] = (base["desc_per_read"] - out["desc_per_read"]) * cost_ns
+    saved_per_region = (base["desc_per_read"] - out["desc_per_read"]) * cost_ns
+    out["ns_saved"] = saved_per_region * regions
     out["net_ns"] = out["ns_saved"] - out["ns_added"]
+    # Linear in the regions: the count at which saved = added. A policy that saves no
+    # block-run (or adds no time) has none (inf), a policy that costs nothing needs 0.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        even = out["ns_added"].clip(lower=0) / saved_per_region
+    out["break_even_regions"] = even.where(saved_per_region > 0, np.inf)
     return out.reset_index()
 
 
@@ -346,7 +364,7 @@ _AGE_T = ("desc_per_read", "desc_p50", "desc_p90", "hit_share", "ns_saved")
 #: Timing-based: the median over processes with the order-statistic interval (a process
 #: that was descheduled inside a few calls moves a mean by milliseconds: 8 ms once in
 #: 100 calls in a 2-process trial on the shared 2-vCPU VM).
-_AGE_ORDER = ("ns_per_request", "ns_added", "net_ns")
+_AGE_ORDER = ("ns_per_request", "ns_added", "net_ns", "break_even_regions")
 
 
 def _age_values(per: pd.DataFrame, confidence: float) -> dict[str, dict[str, tuple]]:
@@ -377,7 +395,9 @@ def overlap(a: tuple[float, float, float], b: tuple[float, float, float]) -> boo
     return a[1] <= b[2] and b[1] <= a[2]
 
 
-def age_metrics(rows: pd.DataFrame, confidence: float, cost_ns: float) -> list[dict[str, Any]]:
+def age_metrics(
+    rows: pd.DataFrame, confidence: float, cost_ns: float, regions: int = DEFAULT_KV_REGIONS
+) -> list[dict[str, Any]]:
     """One row per (age window, policy, metric) of a steady-state run: every window of
     the age curve, then ``steady`` (the two halves of the measurement summed) with the
     net line and ``settled`` (1 when the halves' descriptor-ratio intervals overlap)."""
@@ -387,7 +407,9 @@ def age_metrics(rows: pd.DataFrame, confidence: float, cost_ns: float) -> list[d
     def emit(label: str, lo: float, hi: float, values: dict[str, dict[str, tuple]]) -> None:
         for name, metrics in values.items():
             for metric, (est, low, high) in metrics.items():
-                if metric == "_n" or (name == LRU and metric in ("ns_added", "ns_saved")):
+                if metric == "_n" or (
+                    name == LRU and metric in ("ns_added", "ns_saved", "break_even_regions")
+                ):
                     continue
                 out.append(
                     {
@@ -407,13 +429,13 @@ def age_metrics(rows: pd.DataFrame, confidence: float, cost_ns: float) -> list[d
     halves = []
     for lo, hi in windows:
         sub = rows[(rows["window_from"] == lo) & (rows["window_to"] == hi)]
-        values = _age_values(_age_per_process(sub, cost_ns), confidence)
+        values = _age_values(_age_per_process(sub, cost_ns, regions), confidence)
         halves.append(values)
         emit(f"{lo:g}–{hi:g}", lo, hi, values)
     if len(windows) >= 2:
         (lo, _), (_, hi) = windows[-2], windows[-1]
         sub = rows[rows["window_from"] >= lo]
-        values = _age_values(_age_per_process(sub, cost_ns), confidence)
+        values = _age_values(_age_per_process(sub, cost_ns, regions), confidence)
         for name in values:
             a = halves[-2].get(name, {}).get("desc_reduction")
             b = halves[-1].get(name, {}).get("desc_reduction")
@@ -446,7 +468,8 @@ def analyze(runs: Sequence[dict[str, Any]], settings: ReportSettings | None = No
         steady = meta.get("protocol") == schema.POLICY_PROTOCOL
         if steady:
             cost = float(params.get("desc_cost_ns", DEFAULT_DESC_COST_NS))
-            metrics = age_metrics(run["rows"], settings.confidence, cost)
+            regions = settings.kv_regions or int(params.get("kv_regions", DEFAULT_KV_REGIONS))
+            metrics = age_metrics(run["rows"], settings.confidence, cost, regions)
         else:
             no_age = {"age": "", "age_from": math.nan, "age_to": math.nan}
             metrics = [{**no_age, **r} for r in run_metrics(run["rows"], settings.confidence)]

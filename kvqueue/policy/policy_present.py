@@ -153,6 +153,9 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
                         "—" if name == LRU else _cell(_get(grp, name, "ns_saved"), 0)
                     ),
                     "net ns / request": "—" if name == LRU else _cell(_get(grp, name, "net_ns"), 0),
+                    "break-even KV regions": (
+                        "—" if name == LRU else _cell(_get(grp, name, "break_even_regions"), 1)
+                    ),
                 }
             )
     return pd.DataFrame(rows)
@@ -211,9 +214,15 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         "intervals clipped at 0). The "
         "steady state is the measurement window, split in two halves; it is declared only "
         "when the halves' descriptor ratios agree within their intervals, otherwise the "
-        "table says *not settled*. The net line: the posting cost saved (lru's descriptors "
-        "per READ − the policy's, × the run's cost per descriptor) against the allocator "
-        "time added per request (both pools' allocation calls per READ, − lru's).",
+        "table says *not settled*. The net line: the posting cost saved (lru's block-runs "
+        "per READ − the policy's, × the KV regions per block on one rank, × the run's cost "
+        "per native descriptor) against the allocator time added per request (both pools' "
+        "allocation calls per READ, − lru's). vLLM's NIXL connector posts one descriptor "
+        "per (KV region, block): 2 × layers regions with K and V apart, layers with MLA "
+        "(`KV_REGIONS`, default 64: Llama-3.1-8B's 32 layers; `make report KV_REGIONS=N` "
+        "prices the same runs for another model). *Break-even regions*: the region count "
+        "at which the posting saved equals the allocator time added; it does not depend "
+        "on the model, and any model with more regions per rank gains.",
     ]
     for (host, interp, variant, regime), grp in _runs(df):
         text.append(_reading(host, interp, variant, regime, grp))
@@ -242,6 +251,7 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         net = _get(grp, name, "net_ns")
         added = _get(grp, name, "ns_added")
         saved = _get(grp, name, "ns_saved")
+        even = _get(grp, name, "break_even_regions")
         if red is None or net is None or added is None or saved is None:
             continue
         if _is_settled(grp, name):
@@ -262,10 +272,17 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         pieces.append(
             f"`{name}` {state}; it adds {_us(added)} µs of allocator time per request and "
             f"saves {_us(saved)} µs of posting: {verdict} {_us(net)} µs"
+            + (
+                f" (break-even at {even['estimate']:.1f} KV regions)"
+                if even is not None and math.isfinite(even["estimate"])
+                else " (no break-even: it saves no block-run)"
+            )
         )
     parts.append("Steady state: " + "; ".join(pieces) + ".")
     lo, hi = PR_REDUCTION
     reductions = [r for n in names if (r := _get(grp, n, "desc_reduction")) is not None]
+    # Only a window that saves something qualifies for the closing comparison.
+    reductions = [r for r in reductions if r["ci_low"] > 1.0]
     settled_ones = [r for r in reductions if _is_settled(grp, r["policy"])]
     best = max(settled_ones or reductions, key=lambda r: r["estimate"], default=None)
     if best is not None and math.isfinite(best["ci_low"]):
