@@ -455,6 +455,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "policy": _S,
         "window": _S,  # window factor; "inf" unbounded; "" for lru
         "threshold": _I,
+        "kv_regions": _I,  # KV regions per block that priced the net line (0: older protocol)
         "n_processes": _I,
         "metric": _S,  # a key of kvqueue.policy.policy_analysis.METRICS
         "estimate": _F,

@@ -353,7 +353,10 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0].startswith("2.0")
     note = policy_present.note(table, 0.95)
     assert "net gain" in note
-    assert "The largest steady-state reduction, `contig-w4` at 2.0" in note
+    # The reading is a table row per policy and sentences read off it.
+    row = next(line for line in note.splitlines() if line.startswith("| `contig-w4` |"))
+    assert "2.00× [" in row and row.endswith("| net gain at 64 regions |")
+    assert "1 of 1 windows are a net gain (`contig-w4`)" in note
 
 
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
@@ -368,7 +371,8 @@ def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     assert "not settled" in note
     # An unsettled window is never called a steady-state reduction.
     assert "largest steady-state reduction" not in note
-    assert "No window settled, so there is no steady-state reduction" in note
+    row = next(line for line in note.splitlines() if line.startswith("| `contig-w4` |"))
+    assert "not settled (" in row and "× → " in row  # the two halves: its trend
 
 
 def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ PARAMETERS = {"raw_dir", "processed_dir", "figures_dir", "pairs", "confidence"} 
     "seed",
     "delta",
     "method",
+    "kv_regions",
     "hosts",
     "runs",
 }

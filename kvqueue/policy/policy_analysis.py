@@ -97,6 +97,7 @@ METRICS: dict[str, tuple[str, str]] = {
         paired_stats.ORDER_STATISTIC,
     ),
     "settled": ("the two halves' descriptor ratios agree (1) or not (0)", "interval overlap"),
+    "requests": ("requests admitted per process in the window", T_INTERVAL),
 }
 #: ``protocol`` of the processed rows of runs before the steady-state protocol.
 OLDER_PROTOCOL = "older: warm-up and measurement in engine steps"
@@ -340,6 +341,7 @@ def _age_per_process(df: pd.DataFrame, cost_ns: float, regions: int) -> pd.DataF
             "runs_per_big_alloc": sums["big_runs"] / sums["big_allocations"].replace(0, np.nan),
             "ns_per_request": (sums["ns_total"] + sums["prefill_ns_total"]) / requests,
             "hit_share": sums["hit_blocks"] / sums["prefill_blocks"].replace(0, np.nan),
+            "requests": sums["admitted"].astype(float),
         }
     ).reset_index()
     lru = out[out["policy"] == LRU].set_index("process")
@@ -360,7 +362,7 @@ def _age_per_process(df: pd.DataFrame, cost_ns: float, regions: int) -> pd.DataF
 
 
 _AGE_LOG = ("desc_reduction", "runs_reduction")
-_AGE_T = ("desc_per_read", "desc_p50", "desc_p90", "hit_share", "ns_saved")
+_AGE_T = ("desc_per_read", "desc_p50", "desc_p90", "hit_share", "ns_saved", "requests")
 #: Timing-based: the median over processes with the order-statistic interval (a process
 #: that was descheduled inside a few calls moves a mean by milliseconds: 8 ms once in
 #: 100 calls in a 2-process trial on the shared 2-vCPU VM).
@@ -466,6 +468,7 @@ def analyze(runs: Sequence[dict[str, Any]], settings: ReportSettings | None = No
         windows = dict(zip(run["rows"]["policy"], run["rows"]["window"], strict=True))
         params = meta["parameters"]
         steady = meta.get("protocol") == schema.POLICY_PROTOCOL
+        regions = 0
         if steady:
             cost = float(params.get("desc_cost_ns", DEFAULT_DESC_COST_NS))
             regions = settings.kv_regions or int(params.get("kv_regions", DEFAULT_KV_REGIONS))
@@ -486,6 +489,7 @@ def analyze(runs: Sequence[dict[str, Any]], settings: ReportSettings | None = No
                     "regime": regime,
                     "window": "" if r["policy"] == LRU else str(windows[r["policy"]]),
                     "threshold": int(params.get("threshold", 8)),
+                    "kv_regions": regions,
                     **r,
                 }
             )

@@ -162,8 +162,16 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
 
 
 def note(policy: pd.DataFrame, confidence: float) -> str:
-    """The section's text: what was measured, and a reading generated from the numbers
-    of the headline steady-state runs.
+    """The section's text: the method (:func:`note_parts`), then one reading per
+    headline steady-state run, then the older protocol's runs, as Markdown paragraphs."""
+    method, readings, older = note_parts(policy, confidence)
+    return "\n\n".join(p for p in (method, *readings, older) if p)
+
+
+def note_parts(policy: pd.DataFrame, confidence: float) -> tuple[str, list[str], str]:
+    """The section's text in parts: what was measured (Markdown paragraphs), a reading
+    per headline steady-state run (a table and at most three sentences derived from it),
+    and the line naming the runs of the older protocol ("" when none).
 
     Parameters
     ----------
@@ -174,8 +182,8 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
 
     Returns
     -------
-    str
-        Markdown paragraphs.
+    tuple
+        (method, readings, older line).
     """
     df = _headline(policy)
     older = older_runs(policy)
@@ -191,7 +199,7 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
             "`agentic`, or `TRACE=file`) runs `lru` and the contiguous-run policy of vLLM "
             "PR #55841 at window factors 1, 2, 4, 8 and unbounded against engine age."
         )
-        return "\n\n".join(t for t in (text, older_line) if t)
+        return text, [], older_line
     ci = f"{round(100 * confidence)}% CI"
     text = [
         "`lru` is `popleft_n` (vLLM's eviction order); `contig-wK` is the contiguous-run "
@@ -224,92 +232,139 @@ def note(policy: pd.DataFrame, confidence: float) -> str:
         "at which the posting saved equals the allocator time added; it does not depend "
         "on the model, and any model with more regions per rank gains.",
     ]
+    readings = []
     for (host, interp, variant, regime), grp in _runs(df):
-        text.append(_reading(host, interp, variant, regime, grp))
-    if older_line:
-        text.append(older_line)
-    return "\n\n".join(text)
+        readings.append(_reading(host, interp, variant, regime, grp))
+    return "\n\n".join(text), readings, older_line
+
+
+#: The PR's cluster run: 9,591 requests served in 3,629 s. Its age on this workload's
+#: curve is where as many requests have been admitted; its rate turns ages into hours.
+PR_REQUESTS = 9_591
+PR_RATE = 9_591 / 3_629  # requests per second
+
+
+def age_hours(grp: pd.DataFrame) -> list[tuple[str, float, float, float]]:
+    """(window, age from, age to, hours of serving at its end at :data:`PR_RATE`), per
+    window of the age curve of one run: the requests ``lru`` admitted per process, summed
+    from the start."""
+    rows = grp[(grp["policy"] == LRU) & (grp["metric"] == "requests") & (grp["age"] != STEADY)]
+    rows = rows.sort_values("age_from")
+    cum = rows["estimate"].cumsum() / PR_RATE / 3600.0
+    return list(zip(rows["age"], rows["age_from"], rows["age_to"], cum, strict=True))
+
+
+def pr_age(grp: pd.DataFrame) -> str | None:
+    """The window of the age curve in which this workload has admitted the PR run's
+    :data:`PR_REQUESTS` (None: the run ends before)."""
+    rows = grp[(grp["policy"] == LRU) & (grp["metric"] == "requests") & (grp["age"] != STEADY)]
+    total = 0.0
+    for r in rows.sort_values("age_from").itertuples():
+        total += r.estimate
+        if total >= PR_REQUESTS:
+            return str(r.age)
+    return None
+
+
+def _ratio(row: pd.Series | None) -> str:
+    if row is None:
+        return "—"
+    interval = fmt_interval(row["ci_low"], row["ci_high"], lambda v: f"{v:.2f}")
+    return f"{row['estimate']:.2f}× {interval}"
+
+
+def _verdict(net: pd.Series | None, regions: str) -> str:
+    if net is None or not (math.isfinite(net["ci_low"]) and math.isfinite(net["ci_high"])):
+        return "n/a"
+    if net["ci_low"] > 0:
+        return f"net gain at {regions} regions"
+    if net["ci_high"] < 0:
+        return f"net loss at {regions} regions"
+    return f"no net difference at {regions} regions"
 
 
 def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFrame) -> str:
+    """One run's answer: a table per policy and at most three sentences, each read off
+    the table."""
     names = [n for n in policy_order(grp["policy"]) if n != LRU]
     first, second = _halves(grp)
     base = _get(grp, LRU, "desc_per_read")
-    head = (
-        f"**{host}, {interp}, {regime}** (`{variant}`, steady state {first} and {second} turnovers)"
-    )
+    head = f"**{host}, {interp}, {regime}** (`{variant}`)"
     if base is None or not names:
         return f"{head}: no contiguous policy in the run."
-    p50, p90 = _get(grp, LRU, "desc_p50"), _get(grp, LRU, "desc_p90")
-    parts = [
-        f"{head}: `lru` needs {base['estimate']:.1f} descriptors per READ "
-        f"(p50 {p50['estimate']:.0f}, p90 {p90['estimate']:.0f})."
+    at_pr = pr_age(grp)
+    curve = age_hours(grp)
+    pr_col = (
+        f"÷ at the PR's age ({at_pr} turnovers)" if at_pr else "÷ at the PR's age (not reached)"
+    )
+    recorded = grp["kv_regions"].dropna() if "kv_regions" in grp else pd.Series(dtype=float)
+    regions = str(int(recorded.iloc[0])) if len(recorded) and recorded.iloc[0] > 0 else "the run's"
+    lines = [
+        f"| policy | {pr_col} | ÷ steady state ({first}, {second}) | allocator µs added / "
+        "request | posting µs saved / READ | break-even KV regions | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
-    pieces = []
+    gains, qualify, evens = [], [], []
     for name in names:
         red = _get(grp, name, "desc_reduction")
-        net = _get(grp, name, "net_ns")
-        added = _get(grp, name, "ns_added")
-        saved = _get(grp, name, "ns_saved")
-        even = _get(grp, name, "break_even_regions")
-        if red is None or net is None or added is None or saved is None:
-            continue
         if _is_settled(grp, name):
-            interval = fmt_interval(red["ci_low"], red["ci_high"], lambda v: f"{v:.2f}")
-            state = f"{red['estimate']:.2f}× fewer {interval}"
-        elif not _judgeable(grp, name):
-            state = f"{red['estimate']:.2f}× over both halves (settling {TOO_FEW})"
+            steady = _ratio(red)
         else:
-            state = f"not settled ({red['estimate']:.2f}× over both halves)"
-        if not (math.isfinite(net["ci_low"]) and math.isfinite(net["ci_high"])):
-            verdict = "net"
-        elif net["ci_low"] > 0:
-            verdict = "a net gain of"
-        elif net["ci_high"] < 0:
-            verdict = "a net loss, net"
-        else:
-            verdict = "no net difference within the interval, net"
-        pieces.append(
-            f"`{name}` {state}; it adds {_us(added)} µs of allocator time per request and "
-            f"saves {_us(saved)} µs of posting: {verdict} {_us(net)} µs"
+            a = _get(grp, name, "desc_reduction", first)
+            b = _get(grp, name, "desc_reduction", second)
+            trend = (
+                f"{a['estimate']:.2f}× → {b['estimate']:.2f}×"
+                if a is not None and b is not None
+                else "?"
+            )
+            steady = f"not settled ({trend})" if _judgeable(grp, name) else f"settling {TOO_FEW}"
+        young = _get(grp, name, "desc_reduction", at_pr) if at_pr else None
+        added, saved = _get(grp, name, "ns_added"), _get(grp, name, "ns_saved")
+        even, net = _get(grp, name, "break_even_regions"), _get(grp, name, "net_ns")
+        verdict = _verdict(net, regions)
+        if verdict.startswith("net gain"):
+            gains.append(name)
+        if even is not None and math.isfinite(even["estimate"]):
+            evens.append(even["estimate"])
+        lo, hi = PR_REDUCTION
+        if young is not None and young["ci_low"] <= hi and young["ci_high"] >= lo:
+            qualify.append(name)
+        lines.append(
+            f"| `{name}` | {_ratio(young)} | {steady} | "
+            f"{_us(added) if added is not None else '—'} | "
+            f"{_us(saved) if saved is not None else '—'} | "
+            f"{_cell(even, 1) if even is not None else '—'} | {verdict} |"
+        )
+    last = curve[-1] if curve else None
+    sentences = [
+        f"`lru` needs {base['estimate']:.1f} descriptors per READ; the PR's "
+        f"{PR_REQUESTS:,} requests are "
+        + (f"turnovers {at_pr} of this workload" if at_pr else "beyond this run")
+        + (
+            f" (the PR's hour), and its last window ends at {last[2]:g} turnovers, after "
+            f"{last[3]:.1f} h of serving at the PR's {PR_RATE:.2f} requests/s."
+            if last is not None
+            else "."
+        ),
+        (
+            f"At {regions} KV regions per block, {len(gains)} of {len(names)} windows "
+            f"are a net gain"
+            + (f" ({', '.join(f'`{g}`' for g in gains)})" if gains else "")
             + (
-                f" (break-even at {even['estimate']:.1f} KV regions)"
-                if even is not None and math.isfinite(even["estimate"])
-                else " (no break-even: it saves no block-run)"
+                f"; break-even ranges from {min(evens):.1f} to {max(evens):.1f} regions."
+                if evens
+                else "; none saves a block-run."
             )
-        )
-    parts.append("Steady state: " + "; ".join(pieces) + ".")
-    lo, hi = PR_REDUCTION
-    reductions = [r for n in names if (r := _get(grp, n, "desc_reduction")) is not None]
-    # Only a window that saves something qualifies for the closing comparison.
-    reductions = [r for r in reductions if r["ci_low"] > 1.0]
-    settled_ones = [r for r in reductions if _is_settled(grp, r["policy"])]
-    best = max(settled_ones or reductions, key=lambda r: r["estimate"], default=None)
-    if best is not None and math.isfinite(best["ci_low"]):
-        where = (
-            "below"
-            if best["ci_high"] < lo
-            else "above"
-            if best["ci_low"] > hi
-            else "in the range of"
-        )
-        if settled_ones:
-            which = "The largest steady-state reduction"
-        elif all(_judgeable(grp, r["policy"]) for r in reductions):
-            which = (
-                "No window settled, so there is no steady-state reduction; the largest "
-                "over both halves (still changing)"
-            )
-        else:
-            which = (
-                f"No window could be declared settled (settling {TOO_FEW} for some); "
-                "the largest over both halves"
-            )
-        parts.append(
-            f"{which}, `{best['policy']}` at {best['estimate']:.2f}×, is {where} the "
-            f"{lo}–{hi}× of the PR's cluster run."
-        )
-    return " ".join(parts)
+        ),
+        (
+            f"At the PR's age, {', '.join(f'`{q}`' for q in qualify)} "
+            f"reproduce{'s' if len(qualify) == 1 else ''} the PR's "
+            f"{PR_REDUCTION[0]}–{PR_REDUCTION[1]}×."
+            if qualify
+            else f"No window reproduces the PR's {PR_REDUCTION[0]}–{PR_REDUCTION[1]}× at its age."
+        ),
+    ]
+    return f"{head}\n\n" + "\n".join(lines) + "\n\n" + " ".join(sentences)
 
 
 def _is_settled(grp: pd.DataFrame, name: str) -> bool:

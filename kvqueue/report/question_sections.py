@@ -433,11 +433,10 @@ def _policy(question: Question) -> list[Section]:
     # regime (about 1,000 characters each). The first host's newest interpreter, one
     # reading per regime, is the visible answer; every reading is folded below it (eight
     # visible readings took 10,591 characters of 1 host × 4 interpreters' 8,000).
-    paragraphs = policy_present.note(data.policy, data.settings.confidence).split("\n\n")
-    method, readings = "\n\n".join(paragraphs[:2]), paragraphs[2:]
-    if older and len(table):
+    method, readings, older_line = policy_present.note_parts(data.policy, data.settings.confidence)
+    if older_line:
         # The line naming the older protocol's runs belongs to the method, not the answer.
-        method += "\n\n" + readings.pop()
+        method += "\n\n" + older_line
     hosts = sorted(runs["host"].unique())
     older_text = f"{len(older)} run{'s' if len(older) != 1 else ''} of the older protocol"
     if len(runs):
