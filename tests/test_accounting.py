@@ -17,7 +17,7 @@ from synthetic import write_run
 
 from kvqueue.params import report_params
 from kvqueue.processed import store
-from kvqueue.rawdata import run_ledger
+from kvqueue.rawdata import raw_reader, run_ledger
 from kvqueue.report import build, processed_build, provenance, run_cache
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,6 +155,25 @@ def test_report_with_only_left_out_runs_names_each_and_writes_nothing(
     assert f"report: left out synth/{empty.name} (unreadable): run.json: missing" in out
     assert "no usable run (2 left out, named above)" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_scope_entry_that_names_nothing_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HOSTS="alpha typo" or a RUNS list with one typo: refused in one line naming the
+    entry and the nearest name, nothing written (it used to drop the typo silently)."""
+    raw = tmp_path / "raw"
+    a = write_run(raw, host="alpha", run_id="20261129T100000Z-cp312-000a", processes=5)
+    for settings, words in (
+        (report_params.ReportSettings(hosts=("alpha", "alpah")), "HOSTS names alpah"),
+        (report_params.ReportSettings(runs=(a.name, a.name[:-1] + "b")), "did you mean"),
+    ):
+        with pytest.raises(raw_reader.RawDataError, match=words):
+            processed_build.build(raw, tmp_path / "p", settings)
+        code = build.report(raw, tmp_path / "p", tmp_path / "out", settings)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and words in err[0], err
+        assert not (tmp_path / "out").exists()
 
 
 def test_scope_hosts_and_runs(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ records; its own files are read by its own module, from :attr:`Run.path`.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -248,9 +249,25 @@ def read_raw(
         folders (any hosts) or two complete runs have byte-identical ``samples.csv`` (a
         copied run).
     """
+    every = run_dirs(raw_dir)
+    # A filter entry that names nothing is a typo, not an empty selection: a report that
+    # dropped it silently would look like one of the host or run it meant.
+    for what, given, known in (
+        ("HOSTS", hosts, sorted({d.parent.name for d in every})),
+        ("RUNS", run_ids, sorted({d.name for d in every})),
+    ):
+        unknown = [g for g in given if g not in known]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], known, n=1)
+            raise RawDataError(
+                Path(raw_dir),
+                f"{what} names {', '.join(unknown)}, found nowhere under it"
+                + (f" (did you mean {near[0]}?)" if near else "")
+                + (f"; the host folders: {', '.join(known)}" if what == "HOSTS" else ""),
+            )
     dirs = [
         d
-        for d in run_dirs(raw_dir)
+        for d in every
         if (not hosts or d.parent.name in hosts) and (not run_ids or d.name in run_ids)
     ]
     first_of: dict[str, Path] = {}
