@@ -269,3 +269,16 @@ def test_the_figure_without_a_steady_state_run_says_so(tmp_path: Path) -> None:
     fig = policy_present.figure(synthetic.policy_table(raw))
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert any("No steady-state policy run" in t for t in texts)
+
+
+def test_an_older_policy_run_that_a_newer_one_replaces_is_named_not_shown(tmp_path: Path) -> None:
+    """Two policy runs of one host × interpreter × variant: the report shows the newer
+    one, and the ledger says so of the older instead of calling it "shown"."""
+    raw = tmp_path / "raw"
+    _policy_run(raw, "r1", "kvqueue")
+    _policy_run(raw, "r2", "kvqueue")
+    data = processed_build.build(raw, tmp_path / "processed")
+    uses = dict(zip(data.ledger["run_id"], data.ledger["use"], strict=True))
+    assert uses == {"r1": "superseded", "r2": "headline"}
+    reason = data.ledger.set_index("run_id").loc["r1", "reason"]
+    assert reason.startswith("not shown: a newer policy run")

@@ -22,6 +22,17 @@ from kvqueue.params import bench_params, history_params, policy_params
 from kvqueue.rawdata import raw_reader
 
 HEADLINE, SHOWN, LEFT_OUT = "headline", "shown", "left out"
+#: A history, policy or counts run that a newer one of the same kind and key replaces:
+#: the report shows only the newest (its section names which), so it is not "shown".
+SUPERSEDED = "superseded"
+_SUPERSEDED_BY = {
+    schema.KIND_HISTORY: "not shown: a newer full history of the same host and interpreter "
+    "replaces it",
+    schema.KIND_POLICY: "not shown: a newer policy run of the same host, interpreter, variant "
+    "and regime replaces it",
+    schema.KIND_COUNTS: "not shown: no table uses it (a newer counts run of its host and "
+    "interpreter, or it compares no pair of the report)",
+}
 #: ``kind`` of a folder whose ``run.json`` could not be read.
 UNREADABLE = "unreadable"
 COLUMNS = schema.PROCESSED_TABLES["ledger"]
@@ -134,8 +145,8 @@ def ledger(
             use, reason = (HEADLINE if headline else SHOWN), note
         else:
             headline = key in heads.get(run.kind, set())
-            use = HEADLINE if headline else SHOWN
-            reason = f"newest {run.kind} run" if headline else f"older {run.kind} run"
+            use = HEADLINE if headline else SUPERSEDED
+            reason = f"newest {run.kind} run" if headline else _SUPERSEDED_BY[run.kind]
         target, executable, assigned = make_command(run.meta)
         rows.append(
             {
