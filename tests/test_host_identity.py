@@ -253,3 +253,12 @@ def test_machine_info_keeps_cpu_model_beside_the_identity() -> None:
     machine = hostinfo.machine_info()
     assert "cpu_model" in machine and isinstance(machine["cpu"], dict)
     assert set(machine["cpu"]) <= set(hostinfo.CPU_IDENTITY_FIELDS)
+
+
+def test_labels_that_differ_only_in_case_are_flagged(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    write_run(raw, host="grace", run_id="20261129T100000Z-cp312-0001", processes=5)
+    write_run(raw, host="Grace", run_id="20261129T110000Z-cp312-0002", processes=5, seed=2)
+    runs = ab_analysis.runs_table(raw_reader.read_raw(raw))
+    for warning in runs["warnings"]:
+        assert "host labels Grace, grace differ only in case" in str(warning)

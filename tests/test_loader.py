@@ -112,6 +112,18 @@ def test_traceback_points_at_the_real_file_line(good_path):
 # ------------------------------------------------------------------ git sources
 
 
+def test_a_tilde_in_a_source_is_the_home_folder(git_repo, good_text, good_path, monkeypatch):
+    """Make hands sources over verbatim: ``git:~/repo@main`` (as the README writes it)
+    and ``~/file.py`` name the home folder, as they would in a shell."""
+    repo, (first,) = git_repo([good_text])
+    monkeypatch.setenv("HOME", str(repo.parent))
+    got = loader.read_source(f"git:~/{repo.name}@main")
+    assert got.sha256 == sha(class_text(good_path, "FreeKVCacheBlockQueue"))
+    assert got.path.startswith(f"{repo.resolve()}@{first}")
+    (repo.parent / "mine.py").write_text(good_text, encoding="utf-8")
+    assert loader.read_source("~/mine.py").sha256 == got.sha256
+
+
 def test_git_source_by_sha_and_branch(git_repo, good_text, good_path):
     changed = good_text.replace('"""Detach and return the first block."""', '"""Changed."""')
     assert changed != good_text

@@ -379,6 +379,15 @@ def runs_table(
     """
     heads = headline_runs(raw)
     host_keys, host_warnings = host_cpus(raw)
+    # HOST=x and HOST=X are two folders and two hosts: most likely one machine typed twice.
+    by_fold: dict[str, set[str]] = {}
+    for r in raw.runs:
+        by_fold.setdefault(r.host.casefold(), set()).add(r.host)
+    for labels in by_fold.values():
+        if len(labels) > 1:
+            note = f"host labels {', '.join(sorted(labels))} differ only in case (one machine?)"
+            for label in labels:
+                host_warnings[label] = "; ".join(w for w in (host_warnings.get(label), note) if w)
     full_keys = {
         (host_keys[r.host, r.run_id], r.interpreter) for r in raw.included if protocol(r) == FULL
     }

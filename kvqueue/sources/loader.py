@@ -208,7 +208,7 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
         path = _OWN_BLOCK_FILE if wanted == BLOCK_CLASS else _OWN_FILE
         raw, where = path.read_bytes(), str(path)
     else:
-        path = Path(base)
+        path = Path(base).expanduser()
         if not path.is_file():
             raise SourceError(
                 f"'{base}' is not a file, nor a known source "
@@ -240,6 +240,9 @@ def _read_git(base: str) -> tuple[bytes, str]:
     if ref.startswith("-"):
         # Would be read by git as an option, not a revision.
         raise SourceError(f"git ref '{ref}' must not start with '-'")
+    # Make hands a source over verbatim (never through a shell), so a `~` the README's
+    # `git:~/vllm@mine` writes arrives unexpanded: expand it as a shell would.
+    repo = str(Path(repo).expanduser())
     if not Path(repo).is_dir():
         raise SourceError(f"git repository '{repo}' does not exist")
     # Resolve the ref first: HEAD or a branch names a different commit tomorrow, and the
