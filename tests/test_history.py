@@ -403,6 +403,20 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
     assert sized == steps and record["sizing"]["cases"] == list(bench.cases)
 
 
+@pytest.mark.parametrize("newest", ["bogus", "git:/nonexistent/vllm@main"])
+def test_a_newest_source_that_cannot_be_read_is_one_line_before_any_release_is_listed(
+    newest: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_plan(releases: object = None) -> None:
+        raise AssertionError("the releases were listed before NEWEST was read")
+
+    monkeypatch.setattr(history_collect, "plan", no_plan)
+    bench = bench_params.make_params(host="h")
+    with pytest.raises(BenchInputError, match=r"^NEWEST: "):
+        history_collect.run_history(bench, None, tmp_path / "raw", newest=newest)
+    assert not (tmp_path / "raw").exists()
+
+
 def test_newest_is_one_source_of_your_own():
     assert history_params.newest_from_text("") is None
     assert history_params.newest_from_text(" mine=git:~/v@mine ") == "mine=git:~/v@mine"

@@ -308,14 +308,21 @@ def run_history(
     Path
         The run folder.
     """
+    own = None
+    if newest is not None:
+        # Read before the plan (which lists and fetches releases): a source that cannot
+        # be read is bad input, one line, nothing fetched or written.
+        try:
+            (own,) = loader.load_variants([newest], block_mode="own")
+        except loader.SourceError as exc:
+            raise BenchInputError(f"NEWEST: {exc}") from None
     found = plan(releases)
     sources = tuple(v.source for v in found.versions)
     record = found.record()
-    if newest is not None:
+    if newest is not None and own is not None:
         # The user's source is the newest point: first (the baseline every version is
         # paired with) and the last step of the history. Its gate is the bench's.
-        (variant,) = loader.load_variants([newest], block_mode="own")
-        record["versions"].insert(0, own_version_record(variant))
+        record["versions"].insert(0, own_version_record(own))
         sources = (newest, *sources)
     bench = replace(bench, variants=sources)
     checked = interpreter_checks.check(bench)
