@@ -119,6 +119,10 @@ policy: $(STAMP) ## allocation policies against engine age (REGIME=chat|agentic,
 check-queue: $(STAMP) ## our queue's instructions per op vs data/reference (fails > +1 %; UPDATE=1 records; needs valgrind)
 	@$(VPY) -m kvqueue check-queue --from-env
 
+.PHONY: regress
+regress: $(STAMP) ## a change vs its base by instructions per op (BASE=git:REPO@main HEAD=git:REPO@mine): Markdown to post (OUT=file), exit 1 on a regression; needs valgrind
+	@$(VPY) -m kvqueue regress --from-env
+
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 

@@ -16,6 +16,9 @@
 ``check-queue``
     our queue's instructions per operation against the committed reference
     (``make check-queue``);
+``regress``
+    a change's instructions per operation against its base, Markdown to post, exit 1 on
+    a regression (``make regress``);
 ``sync-notebooks``
     regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`;
 ``make-vars``
@@ -48,6 +51,7 @@ from kvqueue.params import (
     check_queue_params,
     history_params,
     policy_params,
+    regression_params,
     report_params,
 )
 from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, reads
@@ -55,7 +59,7 @@ from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resol
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
-_MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue")
+_MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue", "regress")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -408,6 +412,34 @@ def _cmd_check_queue(args: argparse.Namespace) -> int:
     return queue_check.exit_status(outcomes)
 
 
+# ------------------------------------------------------------------ regress
+
+
+def _add_regress(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "regress",
+        help="a change's instructions per operation against its base; exit 1 on a regression",
+        description="Gate BASE and HEAD, count both under cachegrind on each case and pool, "
+        "and print the comparison as Markdown to post on a pull request (OUT also writes "
+        "it). A case whose head executes more than its threshold more instructions per "
+        f"operation than base fails: exit 1 (default threshold "
+        f"{regression_params.DEFAULT_THRESHOLD_PCT:g} %, over 10x the spread of two "
+        "counts of identical code); bad input exits 2. Every option is also a Make "
+        "variable of `make regress` (shown in brackets).",
+    )
+    _add_param_options(p, "regress")
+    _add_from_env(p, "regress", "the parameters from the environment")
+    p.set_defaults(func=_cmd_regress)
+
+
+@_one_line_errors("regress")
+def _cmd_regress(args: argparse.Namespace) -> int:
+    from kvqueue.ab import regression_check
+
+    checked = regression_params.from_text(_texts(args, "regress"))
+    return regression_check.run_regress(checked)
+
+
 # ------------------------------------------------------------------ history
 
 
@@ -596,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="python -m kvqueue",
         description="kvqueue-bench: validate, bench, quick, history, policy, check-queue, "
-        "report, sync-notebooks, make-vars (`python -m kvqueue COMMAND --help` for each).",
+        "regress, report, sync-notebooks, make-vars (`python -m kvqueue COMMAND --help` for each).",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
@@ -605,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_history(sub)
     _add_policy(sub)
     _add_check_queue(sub)
+    _add_regress(sub)
     _add_report(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)

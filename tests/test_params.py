@@ -32,13 +32,14 @@ COMMANDS = (
     "history",
     "policy",
     "check-queue",
+    "regress",
     "report",
     "sync-notebooks",
     "make-vars",
 )
 #: Make targets that pass variables to their command (``--from-env``) and whose recipe
 #: runs the command alone (``report`` is a file rule: it is left out where a target runs).
-VAR_TARGETS = ("validate", "bench", "quick", "history", "policy", "check-queue")
+VAR_TARGETS = ("validate", "bench", "quick", "history", "policy", "check-queue", "regress")
 #: A text that Make, or a shell, would change if it evaluated it.
 UNEVALUATED = "$(shell echo evaluated) `echo run` 'q' \"d\" $$HOME $HOME"
 
@@ -347,6 +348,7 @@ def test_from_env_reads_exactly_the_declared_variables(
     monkeypatch.setattr(policy_checks, "check", stop)
     environ = _Recording({k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})
     environ[ENV_PREFIX + "HOST"] = "h"
+    environ[ENV_PREFIX + "BASE"] = environ[ENV_PREFIX + "HEAD"] = "kvqueue"  # regress's
     environ.read.clear()
     monkeypatch.setattr(os, "environ", environ)
     assert cli.main([command, "--from-env"]) == 2

@@ -22,6 +22,7 @@ from kvqueue.params import (
     check_queue_params,
     history_params,
     policy_params,
+    regression_params,
     report_params,
 )
 from kvqueue.params.spec import spec_of
@@ -107,6 +108,8 @@ READS: dict[str, Reads] = {
     "policy": Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
     "report": Reads(tuple(report_params.report_fields()), extra=(RAW_DIR,)),
     "check-queue": Reads(tuple(check_queue_params.check_queue_fields())),
+    # Its own fields, then the bench fields a count of two sources shares.
+    "regress": Reads(tuple(regression_params.regress_fields()), regression_params.REGRESS_DEFAULTS),
     "sync-notebooks": Reads(),
     "make-vars": Reads(),
 }
