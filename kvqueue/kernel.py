@@ -1,14 +1,153 @@
-"""The Jupyter kernel manager that papermill runs notebooks with (bench and report).
+"""What the long commands' launchers share: the Jupyter kernel manager papermill runs
+notebooks with (bench and report), SIGTERM and SIGHUP taken as Ctrl-C, and the temp
+entries named after the process that made them.
 
-Root module: the bench's notebook launcher and the report's build both execute a
-notebook through it, and neither may import the other.
+Root module: the bench's notebook launcher, its runner and the report's build all use
+it, and neither side may import the other. Standard library only at import (the kernel
+manager imports jupyter_client when it is asked for).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import tempfile
-from typing import Any
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+#: The signals that stop a long command the way Ctrl-C does: ``kill`` or a supervisor
+#: (SIGTERM) and a closed terminal or ssh connection (SIGHUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: Prefix of the kernel's temp files (IPC sockets, connection file): ``<prefix><pid>-*``.
+KERNEL_PREFIX = "kvqueue-kernel-"
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt.
+
+    A subclass, so that every path that handles Ctrl-C (the run marked ``interrupted``,
+    children killed, temp files removed, exit status 130) handles these too.
+
+    Parameters
+    ----------
+    signum
+        The signal received.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int) -> None:
+    raise Stopped(signum)
+
+
+def _was_a_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def stop_signals(on_stop: Callable[[int], None] | None = None) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP take the path of Ctrl-C.
+
+    Parameters
+    ----------
+    on_stop
+        Called with the signal number in the main thread (default: raise
+        :class:`Stopped`); the bench's launcher forwards it to its kernel instead.
+
+    Notes
+    -----
+    - A signal that is ignored when the block starts stays ignored: ``nohup make bench``
+      asks for a run that outlives its terminal.
+    - On SIGHUP, standard output and error that were a terminal are pointed at
+      ``/dev/null`` first: a hung-up terminal fails every write (EIO), and the lines
+      that say the run was interrupted would raise in the middle of closing it.
+    - A process forked inside the block (the report's ``multiprocessing`` workers)
+      inherits the handler; there it dies by the signal as if no handler were set, so
+      that ``Pool.terminate()`` (SIGTERM) still ends a worker at once and silently.
+    - The previous handlers come back when the block ends; outside the main thread
+      (where no handler can be set) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop = on_stop or _raise_stopped
+    owner = os.getpid()
+    terminals = [fd for fd in (1, 2) if _was_a_terminal(fd)]
+
+    def handler(signum: int, _frame: Any) -> None:
+        if os.getpid() != owner:  # a forked copy: behave as the default disposition
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if signum == signal.SIGHUP and terminals:
+            with contextlib.suppress(OSError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                for fd in terminals:
+                    os.dup2(devnull, fd)
+                os.close(devnull)
+        stop(signum)
+
+    previous = {
+        s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def die_with(parent: int, every: float = 0.5) -> None:
+    """Exit within ``every`` seconds of ``parent``'s death (a daemon thread watches).
+
+    For a process forked by the report (its ``multiprocessing`` workers): a ``kill -9``
+    of the report left them drawing and writing for another 20 s. Not the kernel's
+    parent-death signal (:func:`kvqueue.measure.child.die_with_parent`): it fires when
+    the *thread* that forked the process ends, and ``multiprocessing`` forks the
+    replacement of a dead worker from a helper thread that ends in ``terminate()``; the
+    killed worker held the task queue's lock, and ``terminate()`` waited for it forever.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def remove_dead_entries(prefix: str) -> None:
+    """Remove the temp folder's ``<prefix><pid>-*`` entries of processes that are gone.
+
+    What a ``kill -9`` left behind (nothing else runs to remove it): the next command
+    removes it. An entry of a live process, or of another user's, stays.
+    """
+    folder = Path(tempfile.gettempdir())
+    for entry in folder.glob(f"{prefix}*-*"):
+        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, somebody else's
 
 
 def quiet_kernel_manager_class() -> type:
@@ -19,17 +158,22 @@ def quiet_kernel_manager_class() -> type:
     - No interrupt on shutdown: jupyter_client sends SIGINT to a kernel it shuts down,
       and an idle kernel then logs "KeyboardInterrupt caught in kernel." after a
       successful run. The kernel is asked to shut down (and killed if it does not).
+    - Its temp files (IPC sockets, connection file) are named after this process
+      (:data:`KERNEL_PREFIX`), so that those a ``kill -9`` left are removed by the
+      next kernel started (:func:`remove_dead_entries`).
     """
     from jupyter_client import AsyncKernelManager
 
     class QuietKernelManager(AsyncKernelManager):  # type: ignore[misc]
         def __init__(self, **kwargs: Any) -> None:
+            remove_dead_entries(KERNEL_PREFIX)
+            named = os.path.join(tempfile.gettempdir(), f"{KERNEL_PREFIX}{os.getpid()}")
             kwargs.setdefault("transport", "ipc")
             # The IPC socket files go to the temp folder, not the current one (a killed
             # kernel leaves five behind).
-            kwargs.setdefault(
-                "ip", os.path.join(tempfile.gettempdir(), f"kvqueue-kernel-{os.getpid()}")
-            )
+            kwargs.setdefault("ip", named)
+            # jupyter_client's default is an anonymous tmp*.json in the temp folder.
+            kwargs.setdefault("connection_file", f"{named}-{uuid.uuid4().hex[:12]}.json")
             super().__init__(**kwargs)
 
         async def _async_interrupt_kernel(self) -> None:
@@ -38,3 +182,50 @@ def quiet_kernel_manager_class() -> type:
             await super()._async_interrupt_kernel()
 
     return QuietKernelManager
+
+
+@contextlib.contextmanager
+def managed_kernels() -> Iterator[type]:
+    """The kernel manager class of one papermill run (:func:`quiet_kernel_manager_class`);
+    a kernel still running when the block is left by an exception is killed and its
+    temp files removed.
+
+    Ctrl-C (or :class:`Stopped`) in papermill's event loop leaves the coroutine that
+    would shut the kernel down suspended for good: the kernel lived on until it noticed
+    its parent gone, and its IPC sockets and connection file stayed in the temp folder.
+    The class lists the managers whose kernel is ready in ``started`` (the bench's
+    launcher forwards interrupts to the last one).
+    """
+    quiet = quiet_kernel_manager_class()
+    launched: list[Any] = []
+
+    class ManagedKernelManager(quiet):  # type: ignore[misc,valid-type]
+        started: ClassVar[list[Any]] = []  # one list per class, shared by its managers
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            launched.append(self)
+
+        async def _async_post_start_kernel(self, **kw: Any) -> None:
+            await super()._async_post_start_kernel(**kw)
+            self.started.append(self)
+
+    try:
+        yield ManagedKernelManager
+    except BaseException:
+        for manager in launched:
+            _kill_kernel(manager)
+        raise
+
+
+def _kill_kernel(manager: Any) -> None:
+    """Kill ``manager``'s kernel if it still runs, and remove its temp files."""
+    process = getattr(manager.provisioner, "process", None) if manager.provisioner else None
+    # Only a process not yet reaped: its group id cannot belong to anybody else.
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)  # its own session: pgid == pid
+        with contextlib.suppress(Exception):
+            process.wait(timeout=5)
+    manager.cleanup_connection_file()
+    manager.cleanup_ipc_files()

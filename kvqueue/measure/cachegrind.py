@@ -47,6 +47,7 @@ from typing import Any, TextIO
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
+from kvqueue.kernel import remove_dead_entries, stop_signals
 from kvqueue.measure import child
 from kvqueue.subjects import queue_cases
 
@@ -64,6 +65,8 @@ INSTALL_HINT = (
     "available on Apple silicon: use a Linux machine or container)"
 )
 _TIMEOUT_S = 900
+#: Prefix of a count's temp folder: ``<prefix><pid>-*``.
+_TMP_PREFIX = "kvqueue-counts-"
 
 
 @dataclass(frozen=True)
@@ -201,9 +204,19 @@ def _env() -> dict[str, str]:
 
 def _start(valgrind: Valgrind, binary: str, spec: dict[str, Any], out: Path) -> subprocess.Popen:
     cmd = [
+        # Through kvqueue.measure.child: valgrind dies with this process from its start
+        # (a kill -9 of the runner left two counting on for seconds). -S: it needs no
+        # site-packages, and starts in ~20 ms.
+        sys.executable,
+        "-S",
+        "-m",
+        "kvqueue.measure.child",
         valgrind.path,
         *valgrind.options(),
         f"--cachegrind-out-file={out}",
+        # valgrind's gdbserver FIFOs (three per process) go to the run's temp folder,
+        # not beside it in /tmp: a killed valgrind cannot remove them.
+        f"--vgdb-prefix={out.parent / 'vgdb'}",
         binary,
         "-m",
         "kvqueue.measure.counted_worker",
@@ -215,7 +228,7 @@ def _start(valgrind: Valgrind, binary: str, spec: dict[str, Any], out: Path) -> 
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
-        start_new_session=True,  # killed as a group on Ctrl-C; dies with us (child.py)
+        start_new_session=True,  # killed as a group on Ctrl-C or SIGTERM; dies with us
     )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(spec))
@@ -276,7 +289,14 @@ def count(
     rows: list[dict[str, Any]] = []
     running: list[tuple[Job, subprocess.Popen, Path, float]] = []
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kvqueue-counts-") as tmp:
+    # The temp folder is named after this process, so that one a kill -9 left is removed
+    # by the next count; SIGTERM and SIGHUP stop the counts as Ctrl-C does (check-queue
+    # holds no machine lock, which gives them to the other commands).
+    remove_dead_entries(_TMP_PREFIX)
+    with (
+        stop_signals(),
+        tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp,
+    ):
         try:
             pending = list(enumerate(todo))
             while pending or running:

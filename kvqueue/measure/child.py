@@ -7,7 +7,15 @@ the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so a
 on a shared CPU. This runs in the child rather than through ``preexec_fn``: a
 ``preexec_fn`` makes ``subprocess`` fork with Python's at-fork hooks, and a Ctrl-C that
 lands in one of them is swallowed ("Exception ignored in _releaseLock"), so the runner
-missed about one interrupt in three. Standard library only.
+missed about one interrupt in three.
+
+A child that is not Python code of ours (valgrind, which runs the counted interpreter
+in its own process) is started through this module instead: ``python -m
+kvqueue.measure.child PROGRAM ARGS...`` asks for the parent-death signal and then
+becomes PROGRAM (``exec``, which keeps the request). Without it, a counted process
+reached its own request only after the interpreter's start and imports under valgrind
+(5-15 s), and a ``kill -9`` of the runner in that time left it running. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import NoReturn
 
 PARENT_ENV = "KVQUEUE_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
@@ -38,3 +47,24 @@ def die_with_parent() -> None:
         return
     if os.getppid() != int(text):  # the parent died before the request took effect
         os._exit(1)
+
+
+def exec_dying_with_parent(argv: list[str]) -> NoReturn:
+    """Ask to die with the parent (:func:`die_with_parent`), then become ``argv``.
+
+    The request survives ``exec`` (it is dropped only for a set-user-ID program), so
+    the program is killed with the runner from its first instruction on.
+    """
+    if not argv:
+        print("usage: python -m kvqueue.measure.child PROGRAM [ARGS...]", file=sys.stderr)
+        sys.exit(2)
+    die_with_parent()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"kvqueue child: cannot run {argv[0]}: {exc}", file=sys.stderr)
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    exec_dying_with_parent(sys.argv[1:])

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 from kvqueue import hostinfo, runrecord, schema
 from kvqueue.errors import BenchError
+from kvqueue.kernel import STOP_SIGNALS
 
 
 def now() -> str:
@@ -52,17 +54,38 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     os.replace(tmp, path)
 
 
+#: The signals that interrupt a run: Ctrl-C, and those taken as Ctrl-C
+#: (:data:`kvqueue.kernel.STOP_SIGNALS`).
+INTERRUPTS = (signal.SIGINT, *STOP_SIGNALS)
+
+
 @contextlib.contextmanager
-def sigint_held() -> Iterator[None]:
-    """Delay SIGINT (delivered on exit) where the platform allows it."""
-    if not hasattr(signal, "pthread_sigmask"):
+def interrupts_held() -> Iterator[None]:
+    """Hold :data:`INTERRUPTS` while the block runs; each one received is delivered as
+    it ends, to the handler it would have reached.
+
+    Held by Python's handlers, not by ``pthread_sigmask``: a mask holds a signal for the
+    calling thread only, and in a process with other threads (the notebook's kernel,
+    pytest) one of them took the signal and its handler ran in the middle of the block
+    all the same. Python runs every handler in the main thread, so outside it nothing
+    is held.
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pending: list[int] = []
+    held = {
+        s: signal.signal(s, lambda signum, _frame: pending.append(signum))
+        for s in INTERRUPTS
+        if signal.getsignal(s) not in (signal.SIG_IGN, None)
+    }
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, previous in held.items():
+            signal.signal(s, previous)
+        for s in dict.fromkeys(pending):
+            signal.raise_signal(s)
 
 
 def _cell(value: Any) -> Any:
@@ -138,9 +161,10 @@ class RunWriter:
 
     def add_process(self, phase: str, process: int, rows: list[Any], info: dict) -> None:
         """Append one finished process's rows and count it, as one atomic step."""
-        # Ctrl-C between these updates would let the interrupt handler save rows of a
-        # process that run.json does not count: hold SIGINT until both are on disk.
-        with sigint_held():
+        # Ctrl-C (or SIGTERM, SIGHUP) between these updates would let the interrupt
+        # handler save rows of a process that run.json does not count: hold them until
+        # both are on disk.
+        with interrupts_held():
             self.rows.extend(self.table.row(process, phase, row) for row in rows)
             self.record["processes_completed"][phase] += 1
             self.record["process_info"].append(info)
@@ -233,15 +257,17 @@ def create_run(raw_dir: Path, record: runrecord.RunRecord, table: RunTable) -> R
 def closing_run(writer: RunWriter, interrupted: str) -> Iterator[None]:
     """Close ``writer``'s run as the body ends, the one way every kind of run ends.
 
-    Ctrl-C: ``interrupted`` (printing ``interrupted`` to stderr); any other exception:
+    Ctrl-C, SIGTERM or SIGHUP (:class:`kvqueue.kernel.Stopped`, a KeyboardInterrupt):
+    ``interrupted`` (printing ``interrupted`` to stderr); any other exception:
     ``failed`` with the error; else ``complete`` with the load average at the end. Each
     records ``ended_at``; the exception is raised again.
     """
     try:
         yield
     except KeyboardInterrupt:
-        writer.record["ended_at"] = now()
-        writer.save("interrupted")
+        with interrupts_held():  # a second SIGTERM must not cut the last save short
+            writer.record["ended_at"] = now()
+            writer.save("interrupted")
         print(interrupted, file=sys.stderr)
         raise
     except BaseException as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from typing import Any
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.kernel import quiet_kernel_manager_class
+from kvqueue.kernel import Stopped, managed_kernels, remove_dead_entries, stop_signals
 from kvqueue.measure import run_folder
 from kvqueue.params import bench_params, report_params
 
@@ -34,40 +33,39 @@ _ERRORS = {
 
 
 @contextlib.contextmanager
-def _sigint_goes_to_the_kernel() -> Iterator[type]:
-    """Forward Ctrl-C to the kernel while papermill waits for it; yield the manager class.
+def _interrupts_go_to_the_kernel() -> Iterator[type]:
+    """Forward Ctrl-C, SIGTERM and SIGHUP to the kernel while papermill waits for it as
+    SIGINT; yield the manager class.
 
     jupyter_client starts the kernel in a session of its own, so a terminal's Ctrl-C
-    reaches only this process. Left alone, it raises KeyboardInterrupt in papermill's
-    event loop, which tears the kernel down while the runner is still saving, and the
-    notebook record may or may not show the interruption. Forwarding it instead lets
-    the runner inside the kernel mark the run ``interrupted`` and end the cell with
+    (or hang-up) reaches only this process, and so does a ``kill``. Left alone, Ctrl-C
+    raises KeyboardInterrupt in papermill's event loop, which tears the kernel down
+    while the runner is still saving, and the notebook record may or may not show the
+    interruption; SIGTERM and SIGHUP killed this process and left the run ``running``,
+    the kernel's files in the temp folder. Forwarding them instead lets the runner
+    inside the kernel mark the run ``interrupted`` and end the cell with
     KeyboardInterrupt, which papermill records and reports like any cell error.
     """
-    quiet = quiet_kernel_manager_class()
-    started: list[Any] = []
+    with managed_kernels() as manager:
 
-    class ForwardingKernelManager(quiet):  # type: ignore[misc,valid-type]
-        async def _async_post_start_kernel(self, **kw: Any) -> None:
-            await super()._async_post_start_kernel(**kw)
-            started.append(self)
+        def forward(signum: int) -> None:
+            started = manager.started
+            pgid = getattr(started[-1].provisioner, "pgid", None) if started else None
+            if pgid is None:  # no kernel yet (or not a local one): stop here as usual
+                raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+            # The whole group, as a terminal would: the runner and its current worker.
+            os.killpg(pgid, signal.SIGINT)
 
-    def forward(_signum: int, _frame: Any) -> None:
-        pgid = getattr(started[-1].provisioner, "pgid", None) if started else None
-        if pgid is None:  # no kernel yet (or not a local one): stop here as usual
-            raise KeyboardInterrupt
-        # The whole group, as a terminal would: the runner and its current worker.
-        os.killpg(pgid, signal.SIGINT)
-
-    try:
-        previous = signal.signal(signal.SIGINT, forward)
-    except ValueError:  # not the main thread: leave Ctrl-C handling as it is
-        yield quiet
-        return
-    try:
-        yield ForwardingKernelManager
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        try:
+            previous = signal.signal(signal.SIGINT, lambda signum, _frame: forward(signum))
+        except ValueError:  # not the main thread: leave Ctrl-C handling as it is
+            yield manager
+            return
+        try:
+            with stop_signals(forward):
+                yield manager
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str) -> Path:
@@ -94,11 +92,16 @@ def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str
     from nbclient.exceptions import DeadKernelError
 
     run_dir = schema.run_path(raw_dir, checked.params.host, run_id)
-    _remove_stale_temp_folders()
-    with tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
+    remove_dead_entries(_TMP_PREFIX)  # what a launcher killed by kill -9 left
+    # Stop signals before the kernel starts or after it ends stop here, as Ctrl-C does
+    # (the temp folder removed); while it runs they go to it.
+    with (
+        stop_signals(),
+        tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp,
+    ):
         out = Path(tmp) / schema.RUN_NOTEBOOK
         try:
-            with _sigint_goes_to_the_kernel() as kernel_manager_class, _quiet_kernel_logs():
+            with _interrupts_go_to_the_kernel() as kernel_manager_class, _quiet_kernel_logs():
                 pm.execute_notebook(
                     str(BENCH_NOTEBOOK_PATH),
                     str(out),
@@ -128,26 +131,13 @@ def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str
             # A run folder that this launcher's run created gets its notebook record,
             # whatever happened; never a folder of another run that took the same id.
             if out.exists() and run_dir.is_dir() and run_folder.owned_by(run_dir, os.getpid()):
-                with contextlib.suppress(FileExistsError):
+                # Held: a second signal would leave the copy without its digest.
+                with contextlib.suppress(FileExistsError), run_folder.interrupts_held():
                     run_folder.file_notebook(run_dir, out)
     return run_dir
 
 
 _TMP_PREFIX = "kvqueue-bench-"
-
-
-def _remove_stale_temp_folders() -> None:
-    """Remove temp folders of launchers that died (``kill -9``) before cleaning up."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{_TMP_PREFIX}*-*"):
-        pid_text = folder.name[len(_TMP_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or not folder.is_dir():
-            continue
-        try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, somebody else's
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
 from kvqueue.gate import model_check
 from kvqueue.gate.gate import sizes_summary as gate_sizes
+from kvqueue.kernel import stop_signals
 from kvqueue.measure import child, process_sizing, run_folder
 from kvqueue.measure.interpreter_checks import check
 from kvqueue.measure.run_folder import RunWriter
@@ -161,13 +162,26 @@ def lock_path() -> Path:
 
 @contextlib.contextmanager
 def machine_lock(what: str) -> Iterator[None]:
-    """Hold the one-bench-per-machine lock, or refuse in one line if another holds it.
+    """Hold the one-bench-per-machine lock, or refuse in one line if another holds it;
+    while it is held, SIGTERM and SIGHUP take the path of Ctrl-C.
+
+    Every measuring command (bench, quick, history, policy, counts) holds the lock for
+    all of its work, so this is the one place where they all get the stop signals
+    (:func:`kvqueue.kernel.stop_signals`): a ``kill`` or a dropped ssh connection keeps
+    the finished processes, marks the run ``interrupted`` and stops the children.
 
     Raises
     ------
     BenchInputError
         Another bench is running (its pid and run are named).
     """
+    with stop_signals(), _lock_file(what):
+        yield
+
+
+@contextlib.contextmanager
+def _lock_file(what: str) -> Iterator[None]:
+    """:func:`machine_lock`'s lock: ``flock`` on :func:`lock_path`, naming its holder."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock, as before

@@ -21,9 +21,11 @@ pool size the run uses, then the policies' invariant check; a refusal is one lin
 nothing is written. A trace (``TRACE``) is read and checked before either.
 
 After every process ``policy.csv`` and then ``run.json`` are rewritten atomically with
-SIGINT held, so run.json never counts a process whose rows are not on disk; ``status``
-is ``running`` until the last process, then ``complete`` (``interrupted`` on Ctrl-C,
-``failed`` on an error): a cut run is never read as complete. Standard library only.
+SIGINT, SIGTERM and SIGHUP held, so run.json never counts a process whose rows are not
+on disk; ``status`` is ``running`` until the last process, then ``complete``
+(``interrupted`` on Ctrl-C, SIGTERM or SIGHUP, taken as Ctrl-C while the machine lock is
+held; ``failed`` on an error): a cut run is never read as complete. Standard library
+only.
 """
 
 from __future__ import annotations

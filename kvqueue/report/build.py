@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvqueue.kernel import quiet_kernel_manager_class
+from kvqueue.kernel import managed_kernels, remove_dead_entries, stop_signals
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
 from kvqueue.processed import store
@@ -88,16 +90,18 @@ def execute_notebook(
     # papermill's parameter-cell parser warns about every "==" in a value (the version
     # pins in `pairs`) although the parameters are injected correctly.
     logging.getLogger("papermill").setLevel(logging.ERROR)
-    papermill.execute_notebook(
-        str(notebook),
-        str(executed),
-        parameters=parameters,
-        kernel_name="python3",
-        kernel_manager_class=quiet_kernel_manager_class(),
-        progress_bar=False,
-        log_output=False,
-        cwd=str(cwd or notebook.parent),
-    )
+    # Ctrl-C, SIGTERM or SIGHUP: the kernel is killed and its temp files removed.
+    with managed_kernels() as kernel_manager_class:
+        papermill.execute_notebook(
+            str(notebook),
+            str(executed),
+            parameters=parameters,
+            kernel_name="python3",
+            kernel_manager_class=kernel_manager_class,
+            progress_bar=False,
+            log_output=False,
+            cwd=str(cwd or notebook.parent),
+        )
 
 
 def normalize_executed(executed: Path) -> None:
@@ -185,8 +189,29 @@ def report(
     -------
     int
         0 on success, 1 if the notebook failed, 2 on malformed or missing raw data.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        Ctrl-C, SIGTERM or SIGHUP (:class:`kvqueue.kernel.Stopped`): the workers and
+        the kernel are stopped, their temp files and the half-executed notebook
+        removed; the previous ``report.ipynb`` stays as it was.
     """
-    notebook = notebook or NOTEBOOK
+    # SIGTERM and SIGHUP take Ctrl-C's path: without it they left the kernel's files,
+    # a drawing worker and a half-executed report.ipynb behind.
+    with stop_signals():
+        return _report(raw_dir, processed_dir, out, settings, notebook or NOTEBOOK, cases)
+
+
+def _report(
+    raw_dir: Path,
+    processed_dir: Path,
+    out: Path,
+    settings: ReportSettings,
+    notebook: Path,
+    cases: Sequence[str],
+) -> int:
+    """:func:`report`, its stop signals taken as Ctrl-C."""
     raw_dir, processed_dir, out = (
         resolve_in_repo(p).resolve() for p in (raw_dir, processed_dir, out)
     )
@@ -235,7 +260,7 @@ def report(
     # reads them (the CSVs), so that their cache keys agree.
     with _beside(processed_dir, out, tuple(cases)) as writeups:
         try:
-            execute_notebook(notebook.resolve(), executed, parameters)
+            _execute_into(notebook.resolve(), executed, parameters)
         except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
             first = str(exc).strip().splitlines()
             reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
@@ -257,11 +282,34 @@ def report(
     return 0
 
 
+def _execute_into(notebook: Path, executed: Path, parameters: dict[str, object]) -> None:
+    """:func:`execute_notebook` into a partial file beside ``executed``, renamed to it
+    when the notebook ends, failed or not (a failure names it); on Ctrl-C, SIGTERM or
+    SIGHUP the partial file is removed and ``executed`` keeps the previous build's.
+
+    papermill rewrites its output after every cell, so an interruption left a
+    half-executed ``report.ipynb`` beside the previous build's HTML.
+    """
+    partial = executed.with_name(f".{executed.stem}.partial{executed.suffix}")
+    try:
+        execute_notebook(notebook, partial, parameters)
+    except Exception:
+        if partial.exists():
+            partial.replace(executed)
+        raise
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(executed)
+
+
 #: Report figures drawn into the figure cache beside the kernel before the writeups:
 #: the kernel draws its figures in the report's order and these come last, so it
 #: finds them drawn. From scratch the kernel took 24 s and the writeups 15 s; this
 #: evens the two CPUs' work.
 AHEAD_OF_THE_KERNEL = ("ns_per_variant", "history")
+#: Prefix of the scratch folder of the figures drawn ahead: ``<prefix><pid>-*``.
+_AHEAD_PREFIX = "kvq-ahead-"
 
 
 @contextlib.contextmanager
@@ -274,45 +322,57 @@ def _beside(
     A forked process where :func:`kvqueue.report.processed_build.can_fork`, else a thread. A
     process has its own GIL: in a thread, the drawing slowed this process's papermill
     import and kernel start (the kernel drew its first figure 5.4 s after it was
-    started, against 3.5 s). It ignores Ctrl-C and is terminated instead, at once.
+    started, against 3.5 s). It ignores Ctrl-C and is terminated instead, at once; it
+    dies with this process (:func:`kvqueue.report.run_cache.ignore_interrupts`).
+
+    Its scratch folder (``kvq-ahead-<pid>-*``, the PNGs drawn ahead) is made and removed
+    here, not in the worker: a terminated worker runs no cleanup, and left it (563 KB)
+    in the temp folder after 3 of 4 Ctrl-Cs. One that a ``kill -9`` left is removed by
+    the next build.
     """
     import multiprocessing
 
-    if run_cache.can_fork():
-        context = multiprocessing.get_context("fork")
-        pool = context.Pool(1, initializer=run_cache.ignore_interrupts)
-        pending = pool.apply_async(_beside_the_kernel, (processed_dir, out, cases))
-        fetched: list[bool] = []
+    remove_dead_entries(_AHEAD_PREFIX)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{_AHEAD_PREFIX}{os.getpid()}-"))
+    try:
+        if run_cache.can_fork():
+            context = multiprocessing.get_context("fork")
+            pool = context.Pool(1, initializer=run_cache.ignore_interrupts)
+            pending = pool.apply_async(_beside_the_kernel, (processed_dir, out, cases, scratch))
+            fetched: list[bool] = []
 
-        def result() -> list[Path]:
-            paths = pending.get()
-            fetched.append(True)
-            return paths
+            def result() -> list[Path]:
+                paths = pending.get()
+                fetched.append(True)
+                return paths
 
-        try:
-            yield result
-        finally:
-            if fetched:
-                pool.close()
-            else:  # left before its result was wanted: stopped, not waited for
-                pool.terminate()
-                for partial in (out / figures.CACHE_FOLDER).glob(".*.tmp"):
-                    partial.unlink(missing_ok=True)  # a figure it was writing
-            pool.join()
-    else:
-        with ThreadPoolExecutor(1, thread_name_prefix="writeups") as threads:
-            future = threads.submit(_beside_the_kernel, processed_dir, out, cases)
-            yield future.result
+            try:
+                yield result
+            finally:
+                if fetched:
+                    pool.close()
+                else:  # left before its result was wanted: stopped, not waited for
+                    pool.terminate()
+                    for partial in (out / figures.CACHE_FOLDER).glob(".*.tmp"):
+                        partial.unlink(missing_ok=True)  # a figure it was writing
+                pool.join()
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="writeups") as threads:
+                future = threads.submit(_beside_the_kernel, processed_dir, out, cases, scratch)
+                yield future.result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _beside_the_kernel(processed_dir: Path, out: Path, cases: Sequence[str]) -> list[Path]:
+def _beside_the_kernel(
+    processed_dir: Path, out: Path, cases: Sequence[str], scratch: Path
+) -> list[Path]:
     """The work beside the kernel: :data:`AHEAD_OF_THE_KERNEL` into the report's figure
-    cache (not into its figures folder, which holds only what the notebook shows), then
-    the writeups (newest question first)."""
+    cache (not into its figures folder, which holds only what the notebook shows; drawn
+    in ``scratch``), then the writeups (newest question first)."""
     data = store.load(processed_dir)
-    with tempfile.TemporaryDirectory(prefix="kvq-ahead-") as scratch:
-        for name in AHEAD_OF_THE_KERNEL:
-            figures.draw(data, name, scratch, cache=out / figures.CACHE_FOLDER)
+    for name in AHEAD_OF_THE_KERNEL:
+        figures.draw(data, name, scratch, cache=out / figures.CACHE_FOLDER)
     return writeup.write_writeups(data, out, cases)
 
 

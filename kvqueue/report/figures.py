@@ -632,8 +632,12 @@ def cached(
     # processes drawing the same figure at once both succeed.
     fd, tmp = tempfile.mkstemp(dir=store, prefix=f".{name}-", suffix=".tmp")
     os.close(fd)
-    shutil.copyfile(saved, tmp)
-    os.replace(tmp, hit)
+    try:
+        shutil.copyfile(saved, tmp)
+        os.replace(tmp, hit)
+    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no .tmp left in the cache
+        Path(tmp).unlink(missing_ok=True)
+        raise
     _evict(store, name, keep=hit)
     return path
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.ab import ab_analysis
+from kvqueue.kernel import die_with
 from kvqueue.params.report_params import SCOPE_FIELDS, ReportSettings
 from kvqueue.rawdata import git_state, raw_reader
 from kvqueue.stats import paired_stats
@@ -131,8 +132,14 @@ _AHEAD: list[Callable[[], str]] = []
 
 def ignore_interrupts() -> None:
     """The initializer of a forked worker: it ignores Ctrl-C, and the parent, which gets
-    it, terminates the workers at once."""
+    it, terminates the workers at once (and removes what they left half-written); it
+    dies with the parent, so that a ``kill -9`` of the report leaves no worker on."""
+    import multiprocessing
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with(parent.pid)
 
 
 def _run_ahead(index: int) -> tuple[int, str, float]:
