@@ -54,7 +54,7 @@ from kvqueue.params import (
     regression_params,
     report_params,
 )
-from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, reads
+from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, not_defaults, reads
 from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resolve_in_repo, spec_of
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
@@ -146,6 +146,17 @@ def _raw_dir(args: argparse.Namespace) -> Path:
     """``--raw-dir``, else (with ``--from-env``) ``KVQUEUE_RAW_DIR``, else ``data/raw``."""
     text = args.raw_dir or (os.environ.get(ENV_PREFIX + RAW_DIR, "") if args.from_env else "")
     return Path(text or resolve_in_repo(RAW_DIR_DEFAULT)).resolve()
+
+
+def _raw_dir_text(args: argparse.Namespace) -> str:
+    """``RAW_DIR`` as given (``''``: the default), for :func:`_announce`."""
+    text = args.raw_dir or (os.environ.get(ENV_PREFIX + RAW_DIR, "") if args.from_env else "")
+    return "" if str(text) == RAW_DIR_DEFAULT else str(text)
+
+
+def _announce(command: str, texts: dict[str, str | None], **extra: str) -> str:
+    """The line a measuring command prints once its input is checked."""
+    return f"{_prefix(command)}: {not_defaults(command, texts, **extra)}"
 
 
 def _prefix(command: str) -> str:
@@ -339,7 +350,10 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     os.environ[bench_params.BUDGET_START_ENV] = repr(time.time())  # MAX_MINUTES counts from here
     raw_dir = _raw_dir(args)
     # The one place input is checked.
-    checked = interpreter_checks.check(bench_params.from_text(_texts(args, "bench")))
+    texts = _texts(args, "bench")
+    checked = interpreter_checks.check(
+        bench_params.from_text(texts), _announce("bench", texts, RAW_DIR=_raw_dir_text(args))
+    )
     if checked.params.metric == "instructions":
         # Counts are deterministic and need no notebook of timing processes.
         from kvqueue.measure import counts_run
@@ -375,10 +389,11 @@ def _add_quick(sub: argparse._SubParsersAction) -> None:
 
 @_one_line_errors("quick")
 def _cmd_quick(args: argparse.Namespace) -> None:
-    given = bench_params.parse_texts(_texts(args, "quick"))
+    texts = _texts(args, "quick")
     from kvqueue.ab import quick_loop
 
-    quick_loop.run_quick(quick_loop.quick_params(given))
+    params = quick_loop.quick_params(bench_params.parse_texts(texts))
+    quick_loop.run_quick(params, announce=_announce("quick", texts))
 
 
 # ------------------------------------------------------------------ check-queue
@@ -436,8 +451,9 @@ def _add_regress(sub: argparse._SubParsersAction) -> None:
 def _cmd_regress(args: argparse.Namespace) -> int:
     from kvqueue.ab import regression_check
 
-    checked = regression_params.from_text(_texts(args, "regress"))
-    return regression_check.run_regress(checked)
+    texts = _texts(args, "regress")
+    checked = regression_params.from_text(texts)
+    return regression_check.run_regress(checked, announce=_announce("regress", texts))
 
 
 # ------------------------------------------------------------------ history
@@ -491,7 +507,17 @@ def _cmd_history(args: argparse.Namespace) -> None:
     bench = history_params.from_text(texts)
     newest = history_params.newest_from_text(newest_text)
     history_collect.run_history(
-        bench, history_collect.releases_from_text(releases_text), raw_dir, newest=newest
+        bench,
+        history_collect.releases_from_text(releases_text),
+        raw_dir,
+        newest=newest,
+        announce=_announce(
+            "history",
+            texts,
+            RELEASES=releases_text,
+            NEWEST=newest_text,
+            RAW_DIR=_raw_dir_text(args),
+        ),
     )
 
 

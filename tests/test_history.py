@@ -355,7 +355,7 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
     monkeypatch.setattr(history_collect, "plan", lambda releases=None: found)
     python = {"executable": "python3", "version": "3.11.7", "tag": "cpython-311"}
     monkeypatch.setattr(
-        interpreter_checks, "check", lambda bench: bench_params.Checked(bench, python)
+        interpreter_checks, "check", lambda bench, announce="": bench_params.Checked(bench, python)
     )
     monkeypatch.setenv("KVQUEUE_LOCK_FILE", str(tmp_path / "lock"))
     monkeypatch.delenv(bench_params.BUDGET_START_ENV, raising=False)

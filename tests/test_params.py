@@ -442,3 +442,25 @@ def test_one_variant_with_aa_is_an_aa_only_run() -> None:
     assert p.sources == ["kvqueue", "kvqueue"] and p.labels == ["kvqueue", "kvqueue#2"]
     with pytest.raises(BenchInputError, match="at least two variants"):
         bench_params.make_params(host="h", variants=["kvqueue"])
+
+
+def test_a_run_names_the_parameters_not_at_their_defaults_once_its_input_is_checked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 28.1: a value that parses but was meant for another run (PROCESSES=2) is
+    shown before any measuring; a value equal to the command's default is not; a refused
+    input prints its one line and not this one."""
+    from kvqueue.measure import interpreter_checks
+    from kvqueue.params.command_params import not_defaults
+
+    quick_default = bench_params.QUICK_LOOP_DEFAULTS["processes"]
+    line = not_defaults(
+        "quick",
+        {"processes": str(quick_default), "samples": "5", "variants": "kvqueue vllm==0.32.0"},
+    )
+    assert line == "parameters not at their defaults: VARIANTS='kvqueue vllm==0.32.0' SAMPLES=5"
+    assert not_defaults("bench", {}, RAW_DIR="") == "parameters not at their defaults: none"
+    assert "RAW_DIR=/tmp/x" in not_defaults("bench", {}, RAW_DIR="/tmp/x")
+    with pytest.raises(BenchInputError):
+        interpreter_checks.check(bench_params.make_params(python="/no/such/python"), "shown")
+    assert "shown" not in capsys.readouterr().err

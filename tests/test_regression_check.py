@@ -454,7 +454,7 @@ def test_from_env_reads_exactly_the_declared_variables(
 ) -> None:
     seen: list[regression_params.Regress] = []
 
-    def stop(r: regression_params.Regress) -> int:
+    def stop(r: regression_params.Regress, announce: str = "") -> int:
         seen.append(r)
         raise BenchInputError("stopped by the test")
 

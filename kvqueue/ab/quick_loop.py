@@ -34,8 +34,9 @@ def quick_params(given: dict[str, Any]) -> BenchParams:
     )
 
 
-def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
-    """Gate, time and compare; print progress to stderr and the table to ``out``.
+def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> pd.DataFrame:
+    """Gate, time and compare; print progress to stderr and the table to ``out``
+    (``announce``: the line printed once the input is checked).
 
     Returns
     -------
@@ -47,7 +48,7 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout) -> pd.DataFrame:
     BenchInputError, GateRefused, BenchError
         As ``make bench`` (one line each).
     """
-    checked = interpreter_checks.check(p)
+    checked = interpreter_checks.check(p, announce)
     p = checked.params
     start = time.monotonic()
     if p.metric == "instructions":

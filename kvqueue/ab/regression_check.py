@@ -339,7 +339,7 @@ def _out_path(text: str) -> Path | None:
     return path
 
 
-def run_regress(r: Regress, out: TextIO | None = None) -> int:
+def run_regress(r: Regress, out: TextIO | None = None, announce: str = "") -> int:
     """Gate and count BASE and HEAD, judge every cell, print (and write) the Markdown.
 
     Parameters
@@ -348,6 +348,8 @@ def run_regress(r: Regress, out: TextIO | None = None) -> int:
         Checked parameters (:func:`kvqueue.params.regression_params.from_text`).
     out
         Where the Markdown goes (default: standard output); progress goes to stderr.
+    announce
+        The line printed once the input is checked (the parameters not at their defaults).
 
     Returns
     -------
@@ -365,7 +367,7 @@ def run_regress(r: Regress, out: TextIO | None = None) -> int:
     start = time.monotonic()
     path = _out_path(r.params.out)
     valgrind = cachegrind.find_valgrind(cache_sim=False)
-    checked = interpreter_checks.check(r.bench)
+    checked = interpreter_checks.check(r.bench, announce)
     gate, rows = count_sources(checked, valgrind)
     base_label, head_label = checked.params.labels
     cells, resolution = judge(rows, r.per_case, base_label, head_label)

@@ -292,8 +292,10 @@ def run_history(
     raw_dir: Path,
     run_id: str | None = None,
     newest: str | None = None,
+    announce: str = "",
 ) -> Path:
-    """Plan the versions, check everything, and run the paired protocol on them.
+    """Plan the versions, check everything, and run the paired protocol on them
+    (``announce``: the line printed once the input is checked).
 
     ``newest`` (``NEWEST``) is a source of the user's, timed as the newest point after
     the releases (:func:`own_version_record`).
@@ -325,7 +327,7 @@ def run_history(
         record["versions"].insert(0, own_version_record(own))
         sources = (newest, *sources)
     bench = replace(bench, variants=sources)
-    checked = interpreter_checks.check(bench)
+    checked = interpreter_checks.check(bench, announce)
     if bench.metric == "instructions":
         # Every distinct version counted once per case and pool: minutes, not the ~17 of
         # a timed history, and exact.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ from kvqueue.subjects import queue_cases
 MIN_PYTHON = (3, 10)
 
 
-def check(p: BenchParams) -> Checked:
-    """Run every check of a bench run once: values, interpreter, variant sources.
+def check(p: BenchParams, announce: str = "") -> Checked:
+    """Run every check of a bench run once: values, interpreter, variant sources; then
+    print ``announce`` (the parameters not at their defaults) to stderr, so that the
+    line comes before any measuring and never beside a refusal.
 
     Raises
     ------
@@ -36,6 +39,8 @@ def check(p: BenchParams) -> Checked:
     path, info = check_python(p.python)
     p = replace(p, python=path)
     check_sources(p)
+    if announce:
+        print(announce, file=sys.stderr, flush=True)
     return Checked(p, info)
 
 

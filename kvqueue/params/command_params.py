@@ -13,6 +13,7 @@ Standard library only: ``python -m kvqueue`` imports this under a bare interpret
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ from kvqueue.params import (
     regression_params,
     report_params,
 )
-from kvqueue.params.spec import spec_of
+from kvqueue.params.spec import assignment_text, default_of, parse_texts, spec_of
 
 #: Make variable of the raw data's root (``KVQUEUE_RAW_DIR`` with ``--from-env``).
 RAW_DIR = "RAW_DIR"
@@ -123,3 +124,22 @@ def reads(command: str) -> list[str]:
     names each.
     """
     return READS[command].variables()
+
+
+def not_defaults(command: str, texts: Mapping[str, str | None], **extra: str) -> str:
+    """The line a run prints before it measures: the parameters that differ from
+    ``command``'s defaults, as ``NAME=value`` (``extra``: further Make variables given,
+    such as ``RAW_DIR``, shown when not empty).
+
+    A mistyped variable is refused by Make, but a value that parses (``PROCESSES=2``
+    meant for another run) is only seen here, before minutes are spent on it.
+    """
+    declared = READS[command]
+    values = parse_texts(declared.fields, texts)
+    shown = []
+    for f in declared.fields:
+        if f.name in values and values[f.name] != declared.defaults.get(f.name, default_of(f)):
+            text = assignment_text(values[f.name]) or ""
+            shown.append(f"{spec_of(f).make or f.name}={shlex.quote(text)}")
+    shown += [f"{name}={shlex.quote(text)}" for name, text in extra.items() if text]
+    return "parameters not at their defaults: " + (" ".join(shown) if shown else "none")
