@@ -542,7 +542,7 @@ def _add_policy(sub: argparse._SubParsersAction) -> None:
 
 @_one_line_errors("policy")
 def _cmd_policy(args: argparse.Namespace) -> None:
-    from kvqueue import schema
+    from kvqueue import kernel, schema
     from kvqueue.policy import policy_checks, policy_collect, trace
     from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
     from kvqueue.subjects.stand_in_block import KVCacheBlock
@@ -552,17 +552,22 @@ def _cmd_policy(args: argparse.Namespace) -> None:
     given = policy_params.from_text(texts)
     if given.trace_out:
         # Writes the synthetic workload's events (under lru, on this project's queue: the
-        # events do not depend on the variant) and runs nothing else.
+        # events do not depend on the variant) and runs nothing else. An existing file is
+        # never replaced; SIGTERM and SIGHUP drop the partial file as Ctrl-C does.
         policy_checks.check_values(given)
         workload = policy_checks.workload_of(given)
-        count = trace.write_synthetic(
-            given.trace_out,
-            workload,
-            given.seed,
-            given.turnovers,
-            FreeKVCacheBlockQueue,
-            KVCacheBlock,
-        )
+        try:
+            with kernel.stop_signals():
+                count = trace.write_synthetic(
+                    given.trace_out,
+                    workload,
+                    given.seed,
+                    given.turnovers,
+                    FreeKVCacheBlockQueue,
+                    KVCacheBlock,
+                )
+        except trace.TraceError as exc:
+            raise BenchInputError(f"TRACE_OUT: {exc}") from None
         print(f"wrote {given.trace_out}: {count:,} events, {given.turnovers} turnovers")
         return
     checked, info = policy_checks.check(given)

@@ -23,7 +23,8 @@ from kvqueue.sources import loader
 def check_values(p: PolicyParams) -> None:
     """Every check of a policy run that needs no process (one line, before anything is
     written): each field, the policy names, the workload, then the bounds that follow
-    from it (so a workload the churn model refuses is named as such).
+    from it (so a workload the churn model refuses is named as such), a trace's header,
+    and that a ``TRACE_OUT`` can be written without replacing a file.
 
     Raises
     ------
@@ -45,6 +46,10 @@ def check_values(p: PolicyParams) -> None:
             trace.read_header(p.trace)
         except trace.TraceError as exc:
             raise BenchInputError(f"TRACE: {exc}") from None
+    if p.trace_out:
+        problem = trace.out_problem(p.trace_out)
+        if problem:
+            raise BenchInputError(f"TRACE_OUT: {problem}")
 
 
 def workload_of(p: PolicyParams) -> churn.Workload:

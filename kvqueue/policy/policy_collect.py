@@ -18,7 +18,9 @@ process (:mod:`kvqueue.policy.policy_worker`) at a time, each writing its rows i
 First the gate: the variant passes the bench's validation gate
 (:func:`kvqueue.measure.runner.run_gate`, ``python -m kvqueue validate --json``) at the
 pool size the run uses, then the policies' invariant check; a refusal is one line and
-nothing is written. A trace (``TRACE``) is read and checked before either.
+nothing is written. A trace (``TRACE``) is read and checked before either, and played
+once under ``lru`` (:func:`trace_info`): one that needs more blocks than its pool or
+ends before ``TURNOVERS`` is refused in one line.
 
 After every process ``policy.csv`` and then ``run.json`` are rewritten atomically with
 SIGINT, SIGTERM and SIGHUP held, so run.json never counts a process whose rows are not
@@ -34,6 +36,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import random
 import sys
@@ -49,6 +52,8 @@ from kvqueue.params import policy_params
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.params.policy_params import PolicyParams
 from kvqueue.policy import age_windows, trace
+from kvqueue.subjects.our_queue import FreeKVCacheBlockQueue
+from kvqueue.subjects.stand_in_block import KVCacheBlock
 
 #: Seed of the invariant check (fixed, like the bench gate's).
 CHECK_SEED = 20261129
@@ -82,26 +87,73 @@ POLICY_TABLE = run_folder.RunTable(schema.POLICY_AGE_CSV, rows_text, policy_row)
 
 
 def trace_info(p: PolicyParams) -> dict[str, Any] | None:
-    """The checked trace of a run (path, sha256, header, events), or ``None``.
+    """The checked trace of a run (path, sha256, header, events, the turnovers it holds
+    and its peak blocks in use per side, both under ``lru``), or ``None``.
+
+    Read whole and played once under ``lru`` (:func:`kvqueue.policy.trace.size`) before
+    the gate, so that a trace that does not fit its pool, or that ends before the run's
+    ``TURNOVERS``, is refused before anything is written.
 
     Raises
     ------
     BenchInputError
-        The trace does not follow the format (one line naming the file and line).
+        The trace does not follow the format, does not fit its pool, or ends before
+        ``TURNOVERS`` (one line naming the file, and what to set).
     """
     if not p.trace:
         return None
     path = Path(p.trace).resolve()
     try:
         header, events = trace.read_trace(path)
+        held = trace.size(path, header, events, FreeKVCacheBlockQueue, KVCacheBlock, p.free_order)
     except trace.TraceError as exc:
         raise BenchInputError(f"TRACE: {exc}") from None
+    check_trace_length(p, held.turnovers)
     return {
         "path": str(path),
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "header": {k: (list(v) if isinstance(v, tuple) else v) for k, v in header.items()},
         "events": len(events),
+        "turnovers": round(held.turnovers, 6),
+        "peak_blocks": held.peak,
     }
+
+
+def _floor2(value: float) -> float:
+    """``value`` rounded down to 2 decimals (a setting that stays within the trace)."""
+    return math.floor(value * 100) / 100
+
+
+def check_trace_length(p: PolicyParams, held: float) -> None:
+    """Refuse a trace that ends before the run's ``TURNOVERS``: its last age window would
+    end early (or, before ``WARMUP_TURNOVERS``, the "steady state" would be the start
+    of the trace). The message names the turnovers it holds and the settings that fit.
+
+    Parameters
+    ----------
+    p
+        The run's parameters (``warmup_turnovers``, ``turnovers``, ``trace``).
+    held
+        The turnovers the trace holds (:attr:`kvqueue.policy.trace.TraceSize.turnovers`).
+
+    Raises
+    ------
+    BenchInputError
+        ``held`` is below ``p.turnovers``.
+    """
+    if held >= p.turnovers:
+        return
+    asked = f"WARMUP_TURNOVERS={p.warmup_turnovers:g} to TURNOVERS={p.turnovers:g}"
+    end = _floor2(held)
+    if end < 0.02:
+        fix = "replay a longer trace"
+    else:
+        warmup = p.warmup_turnovers if p.warmup_turnovers < end else _floor2(end / 2)
+        fix = f"set TURNOVERS={end:g} WARMUP_TURNOVERS={warmup:g}, or replay a longer trace"
+    raise BenchInputError(
+        f"TRACE: {p.trace} holds {held:.2f} turnovers (under lru), the run measures from "
+        f"{asked}: {fix}"
+    )
 
 
 def run_pool(p: PolicyParams, traced: dict[str, Any] | None) -> int:
@@ -192,6 +244,14 @@ def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_
 
 def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
     traced = trace_info(p)
+    if traced and traced["turnovers"] > p.turnovers * 1.01:
+        print(
+            f"note: TRACE holds {traced['turnovers']:.2f} turnovers (under lru), past "
+            f"TURNOVERS={p.turnovers:g}: it is replayed whole, so the last age window runs "
+            f"to its end (age_to)",
+            file=sys.stderr,
+            flush=True,
+        )
     pool = run_pool(p, traced)
     gate = run_bench_gate(p, pool)
     check = run_check(p)

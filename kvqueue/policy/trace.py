@@ -36,18 +36,28 @@ Then the events, in order; ``req`` is a request id (an integer or a string), ``s
 
 Engine age in a replay is the decode side's allocated blocks over ``pool``. A trace is
 replayed whole: the age windows are cut at the run's edges, and the last window runs to
-the end of the trace (``TURNOVERS`` should be where the trace ends; ``age_to`` records
-it). The synthetic generator writes its events in this form (:func:`write_synthetic`,
-``make policy TRACE_OUT=file``); ``data/traces/example.jsonl`` is a small example.
+the end of the trace (``age_to`` records it). Before anything runs, the trace is played
+once under ``lru`` (:func:`size`): a trace that needs more blocks at once than its pool
+holds, or that ends before ``TURNOVERS`` (so before the measurement it asks for), is
+refused in one line that names the turnovers it holds. For a trace whose keys are
+prefix chains (vLLM's block hashes, the synthetic generator's keys) the blocks in use
+do not depend on the policy, so the size found under ``lru`` holds under every policy.
+
+The synthetic generator writes its events in this form (:func:`write_synthetic`,
+``make policy TRACE_OUT=file``): it never replaces an existing file
+(:func:`out_problem`); ``data/traces/example.jsonl`` is a small example.
 
 Standard library only: the worker reads traces in the measured interpreter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,33 +190,169 @@ def read_trace(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, events
 
 
+@dataclass(frozen=True)
+class TraceSize:
+    """What a trace asks of its pool, played once under ``lru`` (:func:`size`)."""
+
+    #: Engine age at the end of the trace: the decode side's allocated blocks / pool.
+    turnovers: float
+    #: Most blocks in use at once, per side.
+    peak: dict[str, int]
+
+
+def size(
+    path: Path | str,
+    header: dict[str, Any],
+    events: list[dict[str, Any]],
+    queue_cls: type,
+    block_cls: type,
+    free_order: str = "vllm",
+) -> TraceSize:
+    """Play the events of a read trace once under ``lru`` (``popleft_n``) on
+    ``queue_cls``: the turnovers it holds and the blocks it needs at once.
+
+    Raises
+    ------
+    TraceError
+        An allocation does not fit the header's pool (one line: file, line, request,
+        blocks needed and the pool).
+    """
+    pool = int(header["pool"])
+    sides = {}
+    for side in header["sides"]:
+        blocks = [block_cls(block_id=i) for i in range(pool)]
+        queue = queue_cls(blocks)
+        sides[side] = churn.Side(queue, blocks, queue.popleft_n, free_order)
+    pools = churn.Pools(sides[churn.DECODE], sides.get(churn.PREFILL))
+    peak = dict.fromkeys(sides, 0)
+    for number, event in enumerate(events, start=2):
+        op = event["op"]
+        if op == "alloc":
+            side = sides[event["side"]]
+            free = side.queue.num_free_blocks
+            want = len(side.pending.get(event["req"], ())) + event["n"]
+            if want > free:
+                raise TraceError(
+                    f"{path}:{number}: request {event['req']!r} allocates {want} blocks "
+                    f"with {pool - free:,} of the pool's {pool:,} in use (side {event['side']}, "
+                    f"under lru): the trace needs a bigger pool than its header's"
+                )
+        pools.apply(event)
+        if op in ("touch", "alloc"):
+            side_name = event["side"]
+            in_use = pool - sides[side_name].queue.num_free_blocks
+            if in_use > peak[side_name]:
+                peak[side_name] = in_use
+    return TraceSize(sides[churn.DECODE].allocated / pool, peak)
+
+
+def out_problem(path: Path | str) -> str | None:
+    """Why a trace cannot be written to ``path`` (one line), or ``None``.
+
+    A trace never replaces a file: an existing path is refused, as are a folder, a
+    folder that does not exist and one that cannot be written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder: name a file in it"
+    if path.exists() or path.is_symlink():
+        return f"{path} exists and is not overwritten: remove it or name another file"
+    folder = path.absolute().parent
+    if not folder.exists():
+        return f"{path}: the folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{path}: {folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{path}: the folder {folder} cannot be written"
+    return None
+
+
 class TraceWriter:
-    """Writes events to ``path`` (atomically: a temporary file renamed on :meth:`close`)."""
+    """Writes events to ``path`` (atomically: a temporary file beside it, linked to
+    ``path`` on :meth:`close`; an existing ``path`` is never replaced).
+
+    Raises
+    ------
+    TraceError
+        ``path`` cannot be written (:func:`out_problem`), or the temporary file cannot
+        be created (nothing is left behind).
+    """
 
     def __init__(self, path: Path | str, pool: int, sides: tuple[str, ...], **note: Any) -> None:
         self.path = Path(path)
+        problem = out_problem(self.path)
+        if problem:
+            raise TraceError(problem)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        self.fh = self.tmp.open("w", encoding="utf-8")
+        try:
+            self.fh = self.tmp.open("x", encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(f"{self.path}: cannot be written ({exc.strerror})") from None
         header = {"format": FORMAT, "version": VERSION, "pool": pool, "sides": list(sides)}
-        self.fh.write(json.dumps({**header, **note}) + "\n")
         self.events = 0
+        self._write(json.dumps({**header, **note}) + "\n")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.fh.write(text)
+        except OSError as exc:
+            self.discard()
+            raise TraceError(f"{self.path}: cannot be written ({exc.strerror})") from None
 
     def __call__(self, event: dict[str, Any]) -> None:
         """Write one event (:attr:`kvqueue.policy.churn.Pools.record`)."""
         out = dict(event)
         if out.get("side") == churn.DECODE:
             del out["side"]  # the default
-        self.fh.write(json.dumps(out, separators=(",", ":")) + "\n")
+        self._write(json.dumps(out, separators=(",", ":")) + "\n")
         self.events += 1
 
     def close(self) -> None:
-        """Finish: the trace appears at its path complete, or not at all."""
-        self.fh.close()
-        os.replace(self.tmp, self.path)
+        """Finish: the trace appears at its path complete, or not at all (a file that
+        appeared at the path meanwhile is kept, and this trace dropped).
+
+        Raises
+        ------
+        TraceError
+            The trace could not be finished; the temporary file is gone.
+        """
+        try:
+            self.fh.close()
+            self._publish()
+        except FileExistsError:
+            self.discard()
+            raise TraceError(
+                f"{self.path} appeared while the trace was written and is not overwritten"
+            ) from None
+        except OSError as exc:
+            self.discard()
+            raise TraceError(f"{self.path}: cannot be written ({exc.strerror})") from None
+        self.tmp.unlink(missing_ok=True)
+
+    def _publish(self) -> None:
+        """Give the finished temporary file its name, never replacing a file.
+
+        Raises
+        ------
+        FileExistsError
+            A file is at :attr:`path`.
+        """
+        try:
+            os.link(self.tmp, self.path)  # fails with EEXIST instead of replacing
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            # A file system without hard links: check, then rename.
+            if self.path.exists():
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST)) from None
+            os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
         """Drop the partial trace (on an error or an interruption)."""
-        self.fh.close()
+        with contextlib.suppress(OSError):  # a full disk fails the flush too
+            self.fh.close()
         self.tmp.unlink(missing_ok=True)
 
 
@@ -220,6 +366,12 @@ def write_synthetic(
 ) -> int:
     """Write the synthetic workload's events under ``lru`` (two sides) until the engine
     age reaches ``turnovers``; return the number of events.
+
+    Raises
+    ------
+    TraceError
+        ``path`` exists, is a folder, or cannot be written (one line; checked before
+        the first event, and nothing is left behind).
 
     The events of a synthetic run depend on the policy only through the prefix hits
     (which decide admission times); a trace fixes them as ``lru`` saw them.
@@ -240,6 +392,8 @@ def write_synthetic(
     try:
         sim.pools.record = writer
         sim.run_until(turnovers)
+    except TraceError:
+        raise  # the writer dropped its file
     except BaseException:
         writer.discard()
         raise
