@@ -17,8 +17,11 @@ How a count is made (docs/design.md §13):
 
 Determinism: ``PYTHONHASHSEED=0``, the same seeds, no bytecode written (a ``.pyc``
 written by the first run and read by the next changed the zero count by ~45 million
-instructions on CPython 3.11.7). Two zero runs of 3.11.7, alloc1, pool 2,048 agreed to
-80,000 instructions in 786 million: 4 instructions per cycle of 20,000.
+instructions on CPython 3.11.7) nor read (``PYTHONPYCACHEPREFIX`` at a folder that cannot
+exist: four ``.pyc`` files of 3.11's tag another process had left in ``kvqueue/__pycache__``
+moved 3.11.7's counts by ~+15 instructions per operation, 0.5 %, against a clean copy;
+without them the two agree within 0.02 %). Compiling the standard library too makes a
+zero run ~5x longer (3.2 billion instructions on 3.13.0).
 
 Optional cache simulation (``--cache-sim=yes``, ~2× slower) adds L1 and last-level
 misses and an estimated-cycles figure: L1 hits + 5 × LL hits + 35 × RAM accesses, the
@@ -65,6 +68,9 @@ INSTALL_HINT = (
     "available on Apple silicon: use a Linux machine or container)"
 )
 _TIMEOUT_S = 900
+#: Where a counted process looks for ``.pyc`` files: nowhere (procfs holds no such
+#: folder and none can be made there), so it compiles everything from source.
+NO_PYCACHE = "/proc/kvqueue-no-pycache"
 #: Prefix of a count's temp folder: ``<prefix><pid>-*``.
 _TMP_PREFIX = "kvqueue-counts-"
 
@@ -193,11 +199,19 @@ def parse_cachegrind(text: str) -> dict[str, int]:
 
 
 def _env() -> dict[str, str]:
+    """The counted process's environment."""
     env = dict(os.environ)
     env.pop("PYTHONSTARTUP", None)
     env["PYTHONPATH"] = str(hostinfo.PROJECT_DIR)
     env["PYTHONHASHSEED"] = HASH_SEED
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Nor read: a .pyc of the measured interpreter's tag that another process left in
+    # the project (kvqueue/__pycache__/*.cpython-311.pyc) moved every target count of
+    # CPython 3.11.7 by ~+15 instructions per operation (0.5 %) against a folder
+    # without one; the other interpreters had none. Everything is compiled from source.
+    # A fixed path that cannot exist: the counts move with the environment's size (a
+    # temp folder named by pid would differ from run to run).
+    env["PYTHONPYCACHEPREFIX"] = NO_PYCACHE
     env[child.PARENT_ENV] = str(os.getpid())
     return env
 
