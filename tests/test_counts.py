@@ -122,7 +122,7 @@ def test_a_missing_valgrind_says_how_to_install_it(monkeypatch: pytest.MonkeyPat
 def test_a_reference_of_another_format_is_refused(tmp_path: Path) -> None:
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"format": 99, "entries": {}}))
-    with pytest.raises(BenchInputError, match="not a format-1 reference"):
+    with pytest.raises(BenchInputError, match="not a format-2 reference"):
         queue_check.load_reference(ref)
 
 
@@ -162,9 +162,9 @@ def test_counts_csv_round_trips_through_the_reader(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ under valgrind
 
 
-def _slowed_queue(tmp_path: Path) -> Path:
-    """Our queue with a few wasted bytecodes at the top of ``popleft_n`` (and our block
-    class in the same file, as a FILE source needs)."""
+def _our_queue(tmp_path: Path, slowed: bool = False) -> str:
+    """Our queue and block class in one file (a FILE source, ``…::FreeKVCacheBlockQueue``),
+    with ``slowed`` a few wasted bytecodes at the top of ``popleft_n``."""
     block = (REPO / "kvqueue" / "subjects" / "stand_in_block.py").read_text()
     ours = (REPO / "kvqueue" / "subjects" / "our_queue.py").read_text()
     ours = ours.replace("from kvqueue.subjects.stand_in_block import KVCacheBlock\n", "")
@@ -172,30 +172,37 @@ def _slowed_queue(tmp_path: Path) -> Path:
         '        """Pop the first ``n`` free blocks and reduce ``num_free_blocks`` by ``n``."""\n'
     )
     assert ours.count(anchor) >= 1
-    slowed = ours.replace(anchor, anchor + "        for _ in range(3):\n            pass\n", 1)
-    path = tmp_path / "slowed.py"
-    path.write_text(block + "\n\n" + slowed.split("from __future__ import annotations\n", 1)[1])
-    return path
+    if slowed:
+        ours = ours.replace(anchor, anchor + "        for _ in range(3):\n            pass\n", 1)
+    path = tmp_path / "our_copy.py"
+    path.write_text(block + "\n\n" + ours.split("from __future__ import annotations\n", 1)[1])
+    return f"{path}::FreeKVCacheBlockQueue"
 
 
 @pytest.mark.slow
 @needs_valgrind
 def test_the_check_fails_on_a_slowed_copy_of_our_queue(tmp_path: Path) -> None:
+    """The reference is recorded for a copy of our queue, which is then slowed in place:
+    the same source, another sha256 (a reference of another source is refused)."""
     ref = tmp_path / "ref.json"
     out = tmp_path / "out.txt"
+    queue = _our_queue(tmp_path)
     with out.open("w") as stream:
         rec = queue_check.check(
-            [sys.executable], reference=ref, update=True, cases=("alloc1",), out=stream
+            [sys.executable], reference=ref, update=True, cases=("alloc1",), queue=queue, out=stream
         )
         assert [o.status for o in rec] == ["recorded"]
-        same = queue_check.check([sys.executable], reference=ref, cases=("alloc1",), out=stream)
-        slow_src = f"{_slowed_queue(tmp_path)}::FreeKVCacheBlockQueue"
+        same = queue_check.check(
+            [sys.executable], reference=ref, cases=("alloc1",), queue=queue, out=stream
+        )
+        _our_queue(tmp_path, slowed=True)
         slow = queue_check.check(
-            [sys.executable], reference=ref, cases=("alloc1",), queue=slow_src, out=stream
+            [sys.executable], reference=ref, cases=("alloc1",), queue=queue, out=stream
         )
     assert queue_check.exit_status(same) == 0, out.read_text()
     assert queue_check.exit_status(slow) == 1, out.read_text()
     assert "SLOWER" in out.read_text()
+    assert "the queue's code changed since the reference" in out.read_text()
 
 
 @pytest.mark.slow

@@ -7,46 +7,90 @@ by ``make check-queue UPDATE=1``. A case more than ``THRESHOLD_PCT`` above its
 reference fails the check; one more than that below it is reported as an improvement
 to record.
 
-The reference is keyed by the interpreter's full ``sys.version`` and machine: another
-build of the same CPython executes a different number of instructions, so it is
-"no reference", never a false failure. An interpreter without a reference is skipped
-with a line that says how to record one; a check that compared nothing fails.
+A reference knows what it was recorded for (format 2). Its entries are keyed by the
+interpreter's full ``sys.version`` and machine: another build of the same CPython
+executes a different number of instructions, so it is "no reference", never a false
+failure. Each entry records the queue's source string and the sha256 of the loaded class
+(and of its block class), and the plan (pool, cases, warm-up and target operations,
+seed). A check of another queue source, or with another plan, is refused in one line
+(exit 2): a reference recorded by ``UPDATE=1 QUEUE=vllm==0.31.0`` passed our queue as
+"ok (-39 %)", so one wrong update disarmed the check. The sha256 is information only:
+our queue's code changing is what the check is for, so a different digest is printed
+beside the verdict, never refused. A format-1 file (no digest, no plan) is refused with
+the command that re-records it. ``UPDATE=1`` prints old → new per case ("new" where
+there was none) and any change of queue or plan.
 
-Why 1 %: two counts in the same folder agree exactly, but the same commit cloned into
-another folder counted up to 0.51 % differently (CPython 3.11.7: about +12 instructions per
-operation on every case; 3.10 and 3.13 within 0.27 %), and a reference recorded with
-another warm-up plan differed by up to 1.1 %. CI counts in a fresh clone elsewhere, so
-1 % leaves a margin of ~0.5 pp; a real change of the code path (three wasted bytecodes
-in ``popleft_n``) is well above it.
+Every input is checked before valgrind starts, each refusal one line with nothing
+written: the reference file (missing: created by ``UPDATE=1``, refused otherwise; not
+JSON or of another format: refused), the queue source (resolved and loaded, so a bogus
+``QUEUE`` is refused in a second, not after the counts), every interpreter of
+``PYTHONS`` (exists, runs, CPython >= 3.10 without ``-O``: Python 2.7 and 3.9 used to
+be advised ``UPDATE=1``, which then failed inside valgrind), no build named twice, and
+valgrind itself. A count that fails is one line for its interpreter; the others are
+still counted and print their tables (and are recorded by ``UPDATE=1``), and the exit
+status is 1.
+
+Why 1 %: counts of identical code in two folders used to differ by up to 0.51 % (CPython
+3.11.7: about +12 to +15 instructions per operation on every case, from ``.pyc`` files of
+3.11's tag left in one folder and read by the counted process; 3.13.0: 0.165 %, and up to
+4.1 % from a collection after the loops: :mod:`kvqueue.measure.counted_worker`). With no
+``.pyc`` read (:mod:`kvqueue.measure.cachegrind`), no collection and no finalization
+counted, the same code in two folders agreed within 0.02 % on 3.11.7, 0.014 % on 3.12.1
+and 0.044 % on 3.13.0 (five cases, pool 2,048; docs/appendix-counts.md). CI counts in a
+fresh clone elsewhere, so 1 % leaves a wide margin; a real change of the code path
+(three wasted bytecodes in ``popleft_n``) is well above it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from kvqueue import hostinfo
-from kvqueue.errors import BenchInputError
-from kvqueue.measure import cachegrind
+from kvqueue.errors import BenchError, BenchInputError
+from kvqueue.measure import cachegrind, interpreter_checks
+from kvqueue.sources import loader
 from kvqueue.stats import count_figures
+from kvqueue.subjects import queue_cases
 
 REFERENCE = Path("data") / "reference" / "queue-instructions.json"
-REFERENCE_FORMAT = 1
+#: 2: each entry records the queue (source, sha256 of its class and block class) and the
+#: plan; 1 recorded neither and is refused.
+REFERENCE_FORMAT = 2
 THRESHOLD_PCT = 1.0
 CASES = ("alloc1", "alloc2", "mix", "popappend", "remove")
 POOL = 2048
 SEED = 1
+#: The plan's fields, in the order a change of plan is printed.
+PLAN_FIELDS = ("pool", "cases", "warmup_ops", "target_ops", "seed")
+
+# Runs under any interpreter (Python 2.7 included), so that an old one is named as such.
+_PROBE = (
+    "import sys, platform, json; print(json.dumps({"
+    "'version': sys.version.replace(chr(10), ' '), 'machine': platform.machine(), "
+    "'short': platform.python_version(), "
+    "'implementation': platform.python_implementation(), "
+    "'version_info': list(sys.version_info[:3]), 'optimize': sys.flags.optimize, "
+    "'executable': sys.executable}))"
+)
+
+#: The counting function: (interpreter, queue source, cases, valgrind, progress, sha256
+#: of the queue class) -> instructions per operation per case.
+Counter = Callable[[str, str, Sequence[str], cachegrind.Valgrind, TextIO, str], dict[str, float]]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One interpreter's result: ``status`` is ok, failed, skipped or recorded."""
+    """One interpreter's result: ``status`` is ok, failed, skipped, recorded or error
+    (its count failed)."""
 
     python: str
     key: str
@@ -54,48 +98,234 @@ class Outcome:
     lines: tuple[str, ...]
 
 
-def interpreter_key(python: str) -> tuple[str, str]:
-    """(key, version) of an interpreter: ``sys.version`` and machine, and X.Y.Z."""
-    code = (
-        "import sys, platform, json; print(json.dumps([sys.version.replace(chr(10), ' '), "
-        "platform.machine(), platform.python_version()]))"
-    )
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        raise BenchInputError(f"cannot run {python}: {proc.stderr.strip()[-200:]}")
-    version, machine, short = json.loads(proc.stdout)
-    return f"{version} [{machine}]", short
+@dataclass(frozen=True)
+class Interpreter:
+    """An interpreter of ``PYTHONS``, probed once: as given, its reference key, X.Y.Z."""
+
+    python: str
+    key: str
+    version: str
 
 
-def load_reference(path: Path) -> dict[str, Any]:
-    """The reference file, or an empty one if it does not exist yet.
+@dataclass(frozen=True)
+class QueueIdentity:
+    """What the reference records of the queue: its source string and digests."""
+
+    source: str
+    class_sha256: str
+    block_class_sha256: str
+
+    def record(self) -> dict[str, str]:
+        """The entry's ``queue`` field."""
+        return {
+            "source": self.source,
+            "class_sha256": self.class_sha256,
+            "block_class_sha256": self.block_class_sha256,
+        }
+
+
+def plan_of(cases: Sequence[str]) -> dict[str, Any]:
+    """The plan a count follows (what an entry must match to be compared with)."""
+    return {
+        "pool": POOL,
+        "cases": list(cases),
+        "warmup_ops": cachegrind.WARMUP_OPS,
+        "target_ops": cachegrind.TARGET_OPS,
+        "seed": SEED,
+    }
+
+
+def probe_interpreter(python: str) -> Interpreter:
+    """Probe one interpreter of ``PYTHONS``: it must exist, run and be CPython >= 3.10
+    without ``-O``.
 
     Raises
     ------
     BenchInputError
-        The file is not a reference of a format this code reads (one line).
+        One line naming the interpreter and what is wrong with it.
     """
+    found = shutil.which(python) if os.sep not in python else python
+    if not found or not Path(found).is_file():
+        raise BenchInputError(f"PYTHONS: '{python}' does not exist")
+    try:
+        proc = subprocess.run([found, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BenchInputError(f"PYTHONS: '{python}' does not run ({exc})") from None
+    try:
+        info = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or "version_info" not in info:
+        said = (proc.stderr.strip().splitlines() or ["no answer"])[-1][-200:]
+        raise BenchInputError(f"PYTHONS: '{python}' does not run as a Python ({said})")
+    short, impl = str(info["short"]), str(info["implementation"])
+    least = ".".join(map(str, interpreter_checks.MIN_PYTHON))
+    if impl != "CPython" or tuple(info["version_info"][:2]) < interpreter_checks.MIN_PYTHON:
+        raise BenchInputError(
+            f"PYTHONS: '{python}' is {impl} {short}; the counted worker needs CPython >= {least}"
+        )
+    if info.get("optimize"):
+        raise BenchInputError(
+            f"PYTHONS: '{python}' runs with -O (sys.flags.optimize={info['optimize']}), which "
+            "strips the queue's asserts: its count would not be of the code as written"
+        )
+    return Interpreter(python, f"{info['version']} [{info['machine']}]", short)
+
+
+def _refuse_old_format(path: Path, found: object) -> BenchInputError:
+    return BenchInputError(
+        f"REFERENCE '{path}' is a format-{found} reference, which records neither the "
+        f"queue's sha256 nor the plan (this code reads format {REFERENCE_FORMAT}): "
+        f"re-record it with `make check-queue UPDATE=1 REFERENCE={path} PYTHONS=...`"
+    )
+
+
+def _check_entry(path: Path, key: str, entry: object) -> None:
+    """Refuse an entry that is not of format 2's shape (one line)."""
+    queue = entry.get("queue") if isinstance(entry, dict) else None
+    plan = entry.get("plan") if isinstance(entry, dict) else None
+    counts = entry.get("instructions_per_op") if isinstance(entry, dict) else None
+    good = (
+        isinstance(queue, dict)
+        and isinstance(queue.get("source"), str)
+        and isinstance(queue.get("class_sha256"), str)
+        and isinstance(plan, dict)
+        and all(f in plan for f in PLAN_FIELDS)
+        and isinstance(counts, dict)
+        and all(isinstance(v, int | float) and v > 0 for v in counts.values())
+    )
+    if not good:
+        raise BenchInputError(
+            f"REFERENCE '{path}': entry '{key}' is not a format-{REFERENCE_FORMAT} entry "
+            "(queue, plan and instructions_per_op); re-record it with UPDATE=1"
+        )
+
+
+def load_reference(path: Path, update: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference file and the format-1 entries ``UPDATE=1`` replaces.
+
+    Parameters
+    ----------
+    path
+        The reference file.
+    update
+        Whether the file is to be (re-)recorded: then a missing file is an empty
+        reference and a format-1 file is replaced (its entries are returned, for the
+        old -> new lines); otherwise both are refused.
+
+    Returns
+    -------
+    (dict, dict)
+        The format-2 reference, and the format-1 entries by key (usually empty).
+
+    Raises
+    ------
+    BenchInputError
+        Missing (without ``update``), unreadable, not JSON, another format or a
+        malformed entry (one line).
+    """
+    empty = {"format": REFERENCE_FORMAT, "threshold_pct": THRESHOLD_PCT, "entries": {}}
     if not path.exists():
-        return {"format": REFERENCE_FORMAT, "threshold_pct": THRESHOLD_PCT, "entries": {}}
+        if update:
+            return empty, {}
+        raise BenchInputError(
+            f"REFERENCE '{path}' does not exist; record one with "
+            f"`make check-queue UPDATE=1 REFERENCE={path} PYTHONS=...`"
+        )
+    if path.is_dir():
+        raise BenchInputError(f"REFERENCE '{path}' is a directory, not a reference file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise BenchInputError(f"{path}: not a readable reference ({exc})") from None
-    if data.get("format") != REFERENCE_FORMAT or not isinstance(data.get("entries"), dict):
-        raise BenchInputError(f"{path}: not a format-{REFERENCE_FORMAT} reference")
-    return data
+        raise BenchInputError(f"REFERENCE '{path}' is not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise BenchInputError(f"REFERENCE '{path}' is not a check-queue reference (no entries)")
+    found = data.get("format")
+    if found == 1:
+        if not update:
+            raise _refuse_old_format(path, found)
+        return {**empty, "threshold_pct": data.get("threshold_pct", THRESHOLD_PCT)}, dict(
+            data["entries"]
+        )
+    if found != REFERENCE_FORMAT:
+        raise BenchInputError(
+            f"REFERENCE '{path}' is not a format-{REFERENCE_FORMAT} reference (format {found!r})"
+        )
+    for key, entry in data["entries"].items():
+        _check_entry(path, key, entry)
+    return data, {}
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a reference ``UPDATE=1`` could not write, before anything is counted."""
+    if path.is_dir():
+        raise BenchInputError(f"REFERENCE '{path}' is a directory, not a reference file")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise BenchInputError(f"REFERENCE '{path}' cannot be written ({folder} is not writable)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise BenchInputError(f"REFERENCE '{path}' cannot be written (read-only)")
+
+
+def load_queue(queue: str, cases: Sequence[str]) -> QueueIdentity:
+    """Resolve and load the queue source (fetching a release), and check that every
+    case can run on it.
+
+    Raises
+    ------
+    BenchInputError
+        The source does not resolve or load, or lacks a case's method (one line).
+    """
+    try:
+        (variant,) = loader.load_variants([queue])
+    except loader.SourceError as exc:
+        raise BenchInputError(f"QUEUE '{queue}': {exc}") from None
+    for case in cases:
+        lacking = [m for m in queue_cases.CASE_METHODS[case] if not variant.can(m)]
+        if lacking:
+            raise BenchInputError(
+                f"QUEUE '{queue}' has no {', '.join(lacking)}: case {case} cannot be counted"
+            )
+    return QueueIdentity(queue, variant.queue_src.sha256, variant.block_src.sha256)
+
+
+def mismatch(entry: Mapping[str, Any], queue: QueueIdentity, plan: Mapping[str, Any]) -> str:
+    """Why an entry cannot be compared with this check ('' when it can): another queue
+    source or another plan. A different sha256 of the same source is a code change,
+    which is what the check measures."""
+    recorded = entry["queue"]
+    if recorded["source"] != queue.source:
+        return (
+            f"recorded for queue '{recorded['source']}' (sha256 "
+            f"{recorded['class_sha256'][:12]}), not '{queue.source}' (sha256 "
+            f"{queue.class_sha256[:12]}): check QUEUE={recorded['source']}, or re-record "
+            f"with UPDATE=1 QUEUE={queue.source}"
+        )
+    old = entry["plan"]
+    changed = [f"{f} {old.get(f)} -> {plan[f]}" for f in PLAN_FIELDS if old.get(f) != plan[f]]
+    if changed:
+        return f"recorded with another plan ({'; '.join(changed)}): re-record it with UPDATE=1"
+    return ""
 
 
 def count_queue(
-    python: str, queue: str, cases: Sequence[str], valgrind: cachegrind.Valgrind, progress: TextIO
+    python: str,
+    queue: str,
+    cases: Sequence[str],
+    valgrind: cachegrind.Valgrind,
+    progress: TextIO,
+    sha256: str = "",
 ) -> dict[str, float]:
-    """Instructions per operation of ``queue`` per case at pool 2,048."""
+    """Instructions per operation of ``queue`` per case at pool 2,048 (the counted
+    processes refuse a class whose sha256 is not ``sha256``, when given)."""
     spec = {
         "sources": [queue],
         "labels": [queue],
         "block_source": None,
         "block_mode": "shared",
-        "expected_sha256": {},
+        "expected_sha256": {queue: sha256} if sha256 else {},
         "cases": list(cases),
         "pools": [POOL],
         "seed": SEED,
@@ -103,6 +333,108 @@ def count_queue(
     }
     rows = cachegrind.count(python, spec, valgrind=valgrind, progress=progress)
     return {c.case: c.instructions for c in count_figures.per_op(rows)}
+
+
+def _digest_note(entry: Mapping[str, Any], queue: QueueIdentity) -> str:
+    """The queue's sha256 against the one recorded (information, never a refusal)."""
+    rec = str(entry["queue"]["class_sha256"])
+    if rec == queue.class_sha256:
+        return f"  sha256 {queue.class_sha256[:12]}, as recorded"
+    commit = str(entry.get("project_commit") or "")[:12]
+    at = f" at commit {commit}" if commit else ""
+    return (
+        f"  sha256 {queue.class_sha256[:12]}, recorded {rec[:12]}{at}: the queue's code "
+        "changed since the reference"
+    )
+
+
+def compare_lines(
+    per_op: Mapping[str, float], entry: Mapping[str, Any], threshold: float
+) -> tuple[list[str], bool]:
+    """One line per case against the reference, and whether any case failed."""
+    lines, failed = [], False
+    for case, value in per_op.items():
+        ref = entry["instructions_per_op"].get(case)
+        if ref is None:
+            lines.append(f"  {case}: {value:,.1f} instructions/op (no reference)")
+            continue
+        change = 100.0 * (value / ref - 1.0)
+        verdict = "ok"
+        if change > threshold:
+            verdict, failed = f"SLOWER (> +{threshold:g} %)", True
+        elif change < -threshold:
+            verdict = "faster: record it with UPDATE=1"
+        lines.append(
+            f"  {case}: {value:,.1f} instructions/op vs {ref:,.1f} ({change:+.2f} %) {verdict}"
+        )
+    return lines, failed
+
+
+def update_lines(
+    per_op: Mapping[str, float],
+    old: Mapping[str, Any] | None,
+    queue: QueueIdentity,
+    plan: Mapping[str, Any],
+) -> list[str]:
+    """What ``UPDATE=1`` changes in one entry: old -> new per case ("new" where there
+    was none), a dropped case, and a change of queue or plan."""
+    lines: list[str] = []
+    before: Mapping[str, Any] = (old or {}).get("instructions_per_op") or {}
+    if old is not None and not isinstance(old.get("queue"), dict):
+        lines.append("  replaces a format-1 entry (no queue sha256, no plan)")
+    elif old is not None:
+        rec = old["queue"]
+        if rec.get("source") != queue.source or rec.get("class_sha256") != queue.class_sha256:
+            lines.append(
+                f"  queue: {rec.get('source')} (sha256 {str(rec.get('class_sha256'))[:12]}) -> "
+                f"{queue.source} (sha256 {queue.class_sha256[:12]})"
+            )
+        changed = [
+            f"{f} {old['plan'].get(f)} -> {plan[f]}"
+            for f in PLAN_FIELDS
+            if old["plan"].get(f) != plan[f]
+        ]
+        if changed:
+            lines.append(f"  plan: {'; '.join(changed)}")
+    for case, value in per_op.items():
+        was = before.get(case)
+        if isinstance(was, int | float) and was:
+            lines.append(
+                f"  {case}: {was:,.1f} -> {value:,.1f} instructions/op "
+                f"({100.0 * (value / was - 1.0):+.2f} %)"
+            )
+        else:
+            lines.append(f"  {case}: new {value:,.1f} instructions/op")
+    for case in before:
+        if case not in per_op:
+            lines.append(f"  {case}: {before[case]:,.1f} -> dropped (not counted)")
+    return lines
+
+
+def _entry(
+    interp: Interpreter,
+    queue: QueueIdentity,
+    plan: Mapping[str, Any],
+    valgrind: cachegrind.Valgrind,
+    per_op: Mapping[str, float],
+) -> dict[str, Any]:
+    return {
+        "python": interp.version,
+        "queue": queue.record(),
+        "plan": dict(plan),
+        "valgrind": valgrind.version,
+        "options": valgrind.options(),
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "project_commit": hostinfo.project_info().get("commit") or "",
+        "instructions_per_op": {c: round(v, 3) for c, v in per_op.items()},
+    }
+
+
+def _write(reference: Path, data: Mapping[str, Any]) -> None:
+    reference.parent.mkdir(parents=True, exist_ok=True)
+    tmp = reference.with_name(f".{reference.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(reference)
 
 
 def check(
@@ -113,77 +445,129 @@ def check(
     update: bool = False,
     cases: Sequence[str] = CASES,
     out: TextIO | None = None,
+    counter: Counter | None = None,
 ) -> list[Outcome]:
-    """Count ``queue`` under each interpreter and compare with (or record) the reference.
+    """Check every input, then count ``queue`` under each interpreter and compare with
+    (or record) the reference.
+
+    Parameters
+    ----------
+    pythons
+        The interpreters (names on ``PATH`` or paths).
+    queue
+        The queue's source string.
+    reference
+        The reference file.
+    update
+        Record the counts instead of comparing (the file is created if missing).
+    cases
+        The cases counted (part of the plan).
+    out
+        Where the results go (default: stdout; the counts' progress goes to stderr).
+    counter
+        The counting function (default :func:`count_queue`; tests pass a fake).
 
     Returns
     -------
     list of Outcome
         One per interpreter, in the given order.
+
+    Raises
+    ------
+    BenchInputError
+        An input is unusable, or a reference entry was recorded for another queue source
+        or plan: one line, before anything is counted or written.
     """
     stream = out or sys.stdout
-    valgrind = cachegrind.find_valgrind(cache_sim=False)
-    data = load_reference(reference)
-    threshold = float(data.get("threshold_pct", THRESHOLD_PCT))
-    outcomes = []
-    for python in pythons:
-        key, short = interpreter_key(python)
-        entry = data["entries"].get(key)
-        if entry is None and not update:
-            line = (
-                f"check-queue: {python} (CPython {short}): no reference for this build; "
-                f"record one with `make check-queue UPDATE=1 PYTHONS={python}`"
-            )
-            print(line, file=stream)
-            outcomes.append(Outcome(python, key, "skipped", (line,)))
-            continue
-        per_op = count_queue(python, queue, cases, valgrind, sys.stderr)
-        if update:
-            data["entries"][key] = {
-                "python": short,
-                "queue": queue,
-                "pool": POOL,
-                "warmup_ops": cachegrind.WARMUP_OPS,
-                "target_ops": cachegrind.TARGET_OPS,
-                "valgrind": valgrind.version,
-                "options": valgrind.options(),
-                "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "project_commit": hostinfo.project_info().get("commit") or "",
-                "instructions_per_op": {c: round(v, 3) for c, v in per_op.items()},
-            }
-            line = f"check-queue: {python} (CPython {short}): reference recorded for {queue}"
-            print(line, file=stream)
-            outcomes.append(Outcome(python, key, "recorded", (line,)))
-            continue
-        lines, failed = [], False
-        for case, value in per_op.items():
-            ref = entry["instructions_per_op"].get(case)
-            if ref is None:
-                lines.append(f"  {case}: {value:,.1f} instructions/op (no reference)")
-                continue
-            change = 100.0 * (value / ref - 1.0)
-            verdict = "ok"
-            if change > threshold:
-                verdict, failed = f"SLOWER (> +{threshold:g} %)", True
-            elif change < -threshold:
-                verdict = "faster: record it with UPDATE=1"
-            lines.append(
-                f"  {case}: {value:,.1f} instructions/op vs {ref:,.1f} ({change:+.2f} %) {verdict}"
-            )
-        head = f"check-queue: {python} (CPython {short}), {queue}: {'FAILED' if failed else 'ok'}"
-        print(head, *lines, sep="\n", file=stream)
-        outcomes.append(Outcome(python, key, "failed" if failed else "ok", (head, *lines)))
+    count = counter or count_queue
+    # Every input, before valgrind starts.
+    data, legacy = load_reference(reference, update)
     if update:
-        reference.parent.mkdir(parents=True, exist_ok=True)
-        tmp = reference.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(reference)
+        _check_writable(reference)
+    if not pythons:
+        raise BenchInputError("PYTHONS is empty: name at least one interpreter")
+    identity = load_queue(queue, cases)
+    plan = plan_of(cases)
+    interpreters: list[Interpreter] = []
+    for python in pythons:
+        interp = probe_interpreter(python)
+        twin = next((i for i in interpreters if i.key == interp.key), None)
+        if twin is not None:
+            raise BenchInputError(
+                f"PYTHONS names one build twice ('{twin.python}' and '{python}', CPython "
+                f"{interp.version}): name it once"
+            )
+        interpreters.append(interp)
+        entry = data["entries"].get(interp.key)
+        why = mismatch(entry, identity, plan) if entry is not None and not update else ""
+        if why:
+            raise BenchInputError(
+                f"REFERENCE '{reference}' for {python} (CPython {interp.version}) was {why}"
+            )
+    valgrind = cachegrind.find_valgrind(cache_sim=False)
+    threshold = float(data.get("threshold_pct", THRESHOLD_PCT))
+
+    outcomes: list[Outcome] = []
+    recorded = 0
+    try:
+        for interp in interpreters:
+            python, short, key = interp.python, interp.version, interp.key
+            entry = data["entries"].get(key)
+            if entry is None and not update:
+                line = (
+                    f"check-queue: {python} (CPython {short}): no reference for this build "
+                    f"in {reference}; record one with `make check-queue UPDATE=1 "
+                    f"PYTHONS={python}`"
+                )
+                print(line, file=stream, flush=True)
+                outcomes.append(Outcome(python, key, "skipped", (line,)))
+                continue
+            try:
+                per_op = count(python, queue, cases, valgrind, sys.stderr, identity.class_sha256)
+            except BenchError as exc:
+                line = f"check-queue: {python} (CPython {short}), {queue}: count failed: {exc}"
+                print(line, file=stream, flush=True)
+                outcomes.append(Outcome(python, key, "error", (line,)))
+                continue
+            if update:
+                old = entry if entry is not None else legacy.get(key)
+                data["entries"][key] = _entry(interp, identity, plan, valgrind, per_op)
+                recorded += 1
+                head = (
+                    f"check-queue: {python} (CPython {short}): reference recorded for {queue} "
+                    f"(sha256 {identity.class_sha256[:12]})"
+                )
+                lines = update_lines(per_op, old, identity, plan)
+                print(head, *lines, sep="\n", file=stream, flush=True)
+                outcomes.append(Outcome(python, key, "recorded", (head, *lines)))
+                continue
+            assert entry is not None
+            lines, failed = compare_lines(per_op, entry, threshold)
+            lines.insert(0, _digest_note(entry, identity))
+            head = (
+                f"check-queue: {python} (CPython {short}), {queue}: {'FAILED' if failed else 'ok'}"
+            )
+            print(head, *lines, sep="\n", file=stream, flush=True)
+            outcomes.append(Outcome(python, key, "failed" if failed else "ok", (head, *lines)))
+    finally:
+        # What finished is kept, on a failed count or Ctrl-C as well.
+        if update and recorded:
+            dropped = [k for k in legacy if k not in data["entries"]]
+            if dropped:
+                print(
+                    f"check-queue: dropped {len(dropped)} format-1 "
+                    f"entr{'y' if len(dropped) == 1 else 'ies'} not re-recorded: "
+                    + "; ".join(dropped),
+                    file=stream,
+                )
+            _write(reference, data)
     return outcomes
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """0 when every compared interpreter passed and at least one was compared or recorded."""
-    if any(o.status == "failed" for o in outcomes):
+    """0 when every compared interpreter passed and at least one was compared or
+    recorded; 1 when a case failed, a count failed or nothing was compared."""
+    if any(o.status in ("failed", "error") for o in outcomes):
         return 1
     if not any(o.status in ("ok", "recorded") for o in outcomes):
         print("check-queue: nothing was compared (no interpreter has a reference)", file=sys.stderr)
