@@ -36,7 +36,10 @@ Why 1 %: counts of identical code in two folders used to differ by up to 0.51 % 
 4.1 % from a collection after the loops: :mod:`kvqueue.measure.counted_worker`). With no
 ``.pyc`` read (:mod:`kvqueue.measure.cachegrind`), no collection and no finalization
 counted, the same code in two folders agreed within 0.02 % on 3.11.7, 0.014 % on 3.12.1
-and 0.044 % on 3.13.0 (five cases, pool 2,048; docs/appendix-counts.md). CI counts in a
+and 0.044 % on 3.13.0 (five cases, pool 2,048; docs/appendix-counts.md); but a
+full check from a third folder against the committed reference still differed by up to
+0.34 % on 3.11.7 (-7.9 instructions per operation; 0.16 % on 3.10.13's alloc2, 0.07 % on
+3.12.1, 0.12 % on 3.13.0): the heap's layout still moves counts by a few tenths. CI counts in a
 fresh clone elsewhere, so 1 % leaves a wide margin; a real change of the code path
 (three wasted bytecodes in ``popleft_n``) is well above it.
 """
