@@ -6,6 +6,11 @@ METRIC=instructions``). Counts track time, but not one to one: an instruction th
 waits on memory or follows a mispredicted branch costs more than one that does not, so
 a change that also shortens memory traffic or branch behaviour saves more time than
 instructions. The sentence under the table is computed from the cells shown.
+
+A pair counted but never timed on a host × interpreter (a counts-only run, ``make bench
+METRIC=instructions`` alone) gets its own table (:func:`counts_only`, :func:`counts_table`)
+and verdict (:func:`counts_verdict`): a cell changed when its instructions per operation
+moved by :data:`THRESHOLD` or more.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import math
 
 import pandas as pd
 
-from kvqueue.formatting import fmt_interval, fmt_signed_pct
+from kvqueue.formatting import fmt_interval, fmt_number, fmt_pct, fmt_signed_pct
+from kvqueue.params.regression_params import DEFAULT_THRESHOLD_PCT
 
 _KEYS = ["host", "interpreter", "case", "pool", "candidate", "baseline"]
 
@@ -115,3 +121,101 @@ def agreement_sentence(cells: pd.DataFrame) -> str:
             f"{err:.1f} pp of time."
         )
     return text if not math.isnan(median_gap) else ""
+
+
+#: The smallest instruction reduction (either sign) read as a change: ``make regress``'s
+#: and ``make check-queue``'s 1 %, ~10x the largest difference measured here between two
+#: counts of identical code (0.13 %, CPython 3.10 to 3.13: layout and interpreter state).
+THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
+FEWER, MORE, SAME = "fewer instructions", "more instructions", "no change"
+
+
+def counts_only(pairs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """The ``count_pairs`` rows whose host × interpreter × comparison no headline time
+    run measured (main phase): what only instruction counts answer."""
+    if pairs.empty:
+        return pairs
+    keys = ["host", "interpreter", "candidate", "baseline"]
+    if summary.empty:
+        return pairs.reset_index(drop=True)
+    timed = summary[summary["headline"].fillna(False).astype(bool) & (summary["phase"] == "main")]
+    timed = set(timed[keys].itertuples(index=False, name=None))
+    own = [k not in timed for k in pairs[keys].itertuples(index=False, name=None)]
+    return pairs[own].reset_index(drop=True)
+
+
+def verdict(reduction: float) -> str:
+    """:data:`FEWER`, :data:`MORE` or :data:`SAME` (within :data:`THRESHOLD`)."""
+    if abs(reduction) < THRESHOLD:
+        return f"{SAME} (< {fmt_pct(THRESHOLD, 0)})"
+    return FEWER if reduction > 0 else MORE
+
+
+def counts_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Display rows of :func:`counts_only`: instructions per operation of both variants,
+    the reduction (> 0: the candidate executes fewer) and the verdict."""
+    if rows.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "Host": rows["host"],
+            "Interpreter": rows["interpreter"],
+            "Comparison": rows["candidate"] + " vs " + rows["baseline"],
+            "Case": rows["case"],
+            "Pool": rows["pool"].map(lambda p: f"{int(p):,}"),
+            "Baseline instr/op": rows["baseline_instructions"].map(lambda x: fmt_number(x, 1)),
+            "Candidate instr/op": rows["candidate_instructions"].map(lambda x: fmt_number(x, 1)),
+            "Reduction": rows["instr_reduction"].map(fmt_signed_pct),
+            "Verdict": rows["instr_reduction"].map(verdict),
+        }
+    ).reset_index(drop=True)
+
+
+def counts_verdict(rows: pd.DataFrame, candidate: str, baseline: str) -> str:
+    """The verdict line of one counted pair (Markdown; '' without rows): per verdict the
+    cells and the range of their reductions, over the hosts × interpreters counted."""
+    mine = rows[(rows["candidate"] == candidate) & (rows["baseline"] == baseline)]
+    if mine.empty:
+        return ""
+    parts = []
+    for word in (FEWER, MORE, SAME):
+        got = mine[mine["instr_reduction"].map(verdict).str.startswith(word)]
+        if got.empty:
+            continue
+        lo, hi = got["instr_reduction"].min(), got["instr_reduction"].max()
+        span = fmt_signed_pct(lo) if lo == hi else f"{fmt_signed_pct(lo)} to {fmt_signed_pct(hi)}"
+        cases = ", ".join(dict.fromkeys(got["case"]))
+        said = verdict(float(got["instr_reduction"].iloc[0]))
+        parts.append(f"{said} in {len(got)} ({cases}: reduction {span})")
+    where = "; ".join(
+        f"{h}, {i}" for h, i in dict.fromkeys(zip(mine["host"], mine["interpreter"], strict=True))
+    )
+    return (
+        f"**`{candidate}` vs `{baseline}`, instructions per operation ({where}), "
+        f"{len(mine)} cells: " + "; ".join(parts) + ".**"
+    )
+
+
+def counts_method(counts: pd.DataFrame, run_ids: list[str]) -> str:
+    """How to read a counts-only verdict: the threshold, the runs' own resolution, and
+    that instructions are not wall time (Markdown)."""
+    own = counts[counts["run_id"].isin(run_ids)] if len(counts) else counts
+    rel = (own["spread"] / own["instructions"].abs()).max() if len(own) else float("nan")
+    measured = ""
+    if rel == rel:
+        measured = (
+            f"; two identical counts in these runs differed by at most {100 * rel:.2g} %"
+            if rel > 0
+            else "; two identical counts in these runs agreed exactly"
+        )
+    return (
+        "Instructions per operation under cachegrind (`METRIC=instructions`; docs/design.md "
+        "§13) are deterministic: a repeated count gives the same number to a few "
+        f"instructions in a billion{measured}, so a difference carries no interval. A cell "
+        f"counts as a change when the reduction is {fmt_pct(THRESHOLD, 0)} or more either "
+        "way, the threshold of `make regress` and `make check-queue`: ~10x the largest "
+        "difference measured here between counts of identical code (0.13 %, CPython "
+        "3.10-3.13), which layout and interpreter state move. Instructions are not wall "
+        "time: loads that wait on memory and mispredicted branches cost time without "
+        "instructions, so how much faster a variant is needs a timed run (`make bench`)."
+    )

@@ -5,6 +5,11 @@ Reads the ``history`` and ``history_steps`` tables that :mod:`kvqueue.history.hi
 computes, and shows their ``headline`` runs: the step table (release range -> change in
 time with its interval, per case), the section's note and the figure (ns per cycle by
 version, significant steps labelled).
+
+A history counted but never timed on a host × interpreter (``make history
+METRIC=instructions`` alone) is shown by its ``count_steps``: :func:`counts_only_steps`
+picks those runs, :func:`count_step_table` and :func:`count_step_lines` show each release
+step's change in instructions per operation (:data:`CODE_COST_MIN` or more: a change).
 """
 
 from __future__ import annotations
@@ -93,19 +98,23 @@ def _release_order(steps: pd.DataFrame) -> list[str]:
     return sorted(ranges, key=lambda rr: version_key(rr.split(" → ")[-1].split(" (")[0]))
 
 
-def note(versions: pd.DataFrame) -> str:
+def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
     """The section's text: what was timed, how it is paired, and how to read it.
 
     Parameters
     ----------
     versions
         The processed ``history`` table.
+    counts
+        The :func:`counts_only_steps` (no timed history: :data:`COUNTS_NOTE`).
 
     Returns
     -------
     str
         Markdown.
     """
+    if versions.empty and counts is not None and len(counts):
+        return COUNTS_NOTE
     if versions.empty:
         return (
             "No release-history run yet. `make history HOST=...` times every distinct "
@@ -360,3 +369,109 @@ def step_numbers(
         _o=sig["to_version"].map(order),
     ).sort_values(["_t", "_o"], kind="stable")
     return {rr: k for k, rr in enumerate(dict.fromkeys(ranked["release_range"]), start=1)}
+
+
+#: The history section's text when only instruction counts measured the releases.
+COUNTS_NOTE = (
+    "Instruction counts only: no timed history (`make history` without "
+    "`METRIC=instructions`) of these hosts × interpreters. Each release step is the newer "
+    "version's instructions per operation against its predecessor's (cachegrind, "
+    "deterministic: no interval; + = the newer release executes more). A step moved the "
+    f"executed code's cost when a cell changed by {CODE_COST_MIN:.0%} or more (the "
+    "threshold of `make regress`: ~10x the largest difference between counts of identical "
+    "code, 0.13 %); smaller moves are layout, not code. A version is named by the newest "
+    "release that ships it. Instructions are not wall time (memory waits and mispredicted "
+    "branches cost time without instructions): how much a step cost in time needs the "
+    "timed `make history`."
+)
+
+
+def counts_only_steps(counts: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
+    """The ``count_steps`` rows of hosts × interpreters with no headline timed history
+    (``versions``: the processed ``history`` table)."""
+    if counts.empty or versions.empty:
+        return counts
+    head = versions[versions["headline"].astype(bool)]
+    timed = set(zip(head["host"], head["interpreter"], strict=True))
+    own = [k not in timed for k in zip(counts["host"], counts["interpreter"], strict=True)]
+    return counts[own]
+
+
+def _count_range(row: object) -> str:
+    older, newer = (
+        str(getattr(row, k)).removeprefix("vllm==") for k in ("from_version", "to_version")
+    )
+    return f"{older} → {newer}"
+
+
+def count_step_kinds(counts: pd.DataFrame) -> dict[str, str]:
+    """Release step (``older → newer``) -> :data:`CODE_COST` when a cell moved by
+    :data:`CODE_COST_MIN` or more, else ``below 1%``; in release order."""
+    out: dict[str, str] = {}
+    for r in counts.itertuples():
+        moved = abs(float(r.instr_change)) >= CODE_COST_MIN
+        key = _count_range(r)
+        out[key] = CODE_COST if moved or out.get(key) == CODE_COST else f"below {CODE_COST_MIN:.0%}"
+    return out
+
+
+def count_step_table(counts: pd.DataFrame) -> pd.DataFrame:
+    """Host, Interpreter, Release step, Step (its kind), then the change in instructions
+    per operation per case and pool (``+9.8%``)."""
+    if counts.empty:
+        return pd.DataFrame()
+    kinds = count_step_kinds(counts)
+    order = {k: i for i, k in enumerate(kinds)}
+    df = counts.assign(
+        step=[_count_range(r) for r in counts.itertuples()],
+        column=[f"{r.case} / {int(r.pool):,}" for r in counts.itertuples()],
+        cell=counts["instr_change"].map(fmt_signed_pct),
+    )
+    wide = df.pivot_table(
+        index=["host", "interpreter", "step"], columns="column", values="cell", aggfunc="first"
+    ).reset_index()
+    wide = wide.sort_values(
+        ["host", "interpreter", "step"], key=lambda s: s.map(order) if s.name == "step" else s
+    )
+    wide.columns.name = None
+    wide.insert(3, "Step", wide["step"].map(kinds))
+    return wide.rename(
+        columns={"host": "Host", "interpreter": "Interpreter", "step": "Release step"}
+    ).reset_index(drop=True)
+
+
+def count_step_lines(counts: pd.DataFrame) -> list[str]:
+    """One numbered Markdown line per release step whose instructions moved by
+    :data:`CODE_COST_MIN` or more (lowest to highest change over the cells), then one
+    line naming the steps below it."""
+    if counts.empty:
+        return []
+    kinds = count_step_kinds(counts)
+    ranges = [_count_range(r) for r in counts.itertuples()]
+    lines: list[str] = []
+    small: list[str] = []
+    for step, kind in kinds.items():
+        cells = counts[[rr == step for rr in ranges]]
+        if kind != CODE_COST:
+            small.append(step)
+            continue
+        lo, hi = (
+            cells.loc[cells["instr_change"].idxmin()],
+            cells.loc[cells["instr_change"].idxmax()],
+        )
+        span = f"{fmt_signed_pct(lo['instr_change'])} ({lo['case']}, {lo['interpreter']})"
+        if lo.name != hi.name:
+            span += f" to {fmt_signed_pct(hi['instr_change'])} ({hi['case']}, {hi['interpreter']})"
+        moved = int((cells["instr_change"].abs() >= CODE_COST_MIN).sum())
+        lines.append(
+            f"{len(lines) + 1}. **{step}**: instructions per operation {span}; "
+            f"{moved} of {len(cells)} cells moved by {CODE_COST_MIN:.0%} or more"
+        )
+    if small:
+        lines.append(
+            f"\n{len(small)} step{'s' if len(small) != 1 else ''} moved by less than "
+            f"{CODE_COST_MIN:.0%} in every cell (no change of the executed code's cost): "
+            + ", ".join(small)
+            + "."
+        )
+    return lines

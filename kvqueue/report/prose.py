@@ -423,3 +423,47 @@ def _ci_method_sentence(s: Any, ci: str) -> str:
         f"(`scipy.stats.bootstrap`, {s.method} method, {s.resamples:,} resamples, seed "
         f"{s.seed})"
     )
+
+
+def replaced_policy_runs(policy: pd.DataFrame) -> str:
+    """The line naming each steady-state policy run that a newer run of the same host ×
+    interpreter × variant × regime replaces, beside the run shown ('' when none): the
+    report shows the newest of each (:mod:`kvqueue.policy.policy_analysis`)."""
+    if policy.empty:
+        return ""
+    steady = policy[policy["protocol"] == schema.POLICY_PROTOCOL]
+    key = ["host", "interpreter", "variant", "regime"]
+
+    def what(rows: pd.DataFrame) -> str:
+        windows = sorted({str(w) for w in rows["window"].dropna() if str(w)}, key=_window_rank)
+        n = rows["n_processes"].max()
+        return f"windows {' '.join(windows) or 'none'}, {'?' if is_na(n) else int(n)} processes"
+
+    parts = []
+    for (host, interp, variant, regime), grp in steady.groupby(key, sort=True):
+        shown = grp[grp["headline"].fillna(False).astype(bool)]
+        older = grp[~grp["run_id"].isin(shown["run_id"])]
+        if shown.empty or older.empty:
+            continue
+        new_id = str(shown["run_id"].iloc[0])
+        olds = "; ".join(
+            f"{host}/{rid} ({what(rows)})" for rid, rows in older.groupby("run_id", sort=True)
+        )
+        parts.append(
+            f"{host}, {interp}, `{variant}`, {regime or 'no regime'}: shown {new_id} "
+            f"({what(shown)}); not shown {olds}"
+        )
+    if not parts:
+        return ""
+    return (
+        "Several runs of one host × interpreter × variant × regime: the newest is shown and "
+        "replaces the older (their figures are not combined; `make report RUNS=...` shows "
+        "an older one). " + " · ".join(parts) + "."
+    )
+
+
+def _window_rank(window: str) -> float:
+    try:
+        return float(window)
+    except ValueError:
+        return float("inf")

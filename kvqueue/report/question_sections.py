@@ -11,7 +11,10 @@ and holds nothing else:
   (range over the cells), the figure, per step a folded diff of the queue and block
   classes (:mod:`kvqueue.history.history_diffs`), the full step table and the method (folded),
   the reproduce commands;
-- **policy study**: the policy section of the report, and the reproduce command.
+- **policy study**: the policy section of the report, and the reproduce command;
+- a pair or a history that only **instruction counts** measured: the verdict (changes of
+  1 % or more), how to read counts (deterministic, not wall time), the cells or steps, the
+  reproduce commands.
 
 Every section is built from the question's scoped data; a part without data is left out.
 """
@@ -31,7 +34,7 @@ from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import history_diffs, history_present
 from kvqueue.policy import policy_present
 from kvqueue.processed import store
-from kvqueue.report import figures, prose, provenance, questions
+from kvqueue.report import figures, prose, provenance, questions, sections
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
 from kvqueue.stats import paired_stats
@@ -55,6 +58,8 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
     """The figures the question's writeup links (none for an A/B question without cases)."""
     if question.kind == questions.AB and not cases_shown(question.data, cases):
         return []
+    if question.kind == questions.HISTORY and question.data.history.empty:
+        return []  # a history only counted: its steps are a list and a table
     return list(_FIGURES[question.kind])
 
 
@@ -86,8 +91,12 @@ def build(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> list[Sec
     list of Section
     """
     if question.kind == questions.AB:
+        if question.data.summary.empty and len(question.data.count_pairs):
+            return _counts_ab(question)
         return _ab(question, cases)
     if question.kind == questions.HISTORY:
+        if question.data.history.empty:
+            return _counts_history(question)
         return _history(question)
     return _policy(question)
 
@@ -194,6 +203,9 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
                 detail=True,
             )
         )
+    only = count_tables.counts_only(pairs, data.summary) if len(pairs) else pairs
+    if len(only) and question.pair is not None:
+        out.append(_counts_only_section(data, only, question.pair, level=3))
     out += [
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
@@ -220,6 +232,76 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
         Section("runs", "Runs used", note=_runs_used(data), detail=True),
     ]
     return out
+
+
+def _counts_only_section(
+    data: store.Processed, rows: pd.DataFrame, pair: tuple[str, str], level: int
+) -> Section:
+    """The verdict, method and table of a pair's counts-only rows."""
+    method = count_tables.counts_method(data.counts, sorted(set(rows["run_id"])))
+    return Section(
+        "counts-only",
+        "Answer (instruction counts)" if level == 2 else "Instruction counts without a timed run",
+        level=level,
+        note=count_tables.counts_verdict(rows, *pair) + "\n\n" + method,
+        table=count_tables.counts_table(rows).drop(columns="Comparison"),
+    )
+
+
+def _counts_ab(question: Question) -> list[Section]:
+    """A pair only instruction counts measured: the verdict, the method, the cells, the
+    reproduce commands and the runs used."""
+    data = question.data
+    cand, base = question.pair or ("?", "?")
+    rows = data.count_pairs
+    runs = rows[["host", "interpreter", "run_id"]].drop_duplicates()
+    intro = (
+        f"Instructions executed per operation by `{cand}` (candidate) against `{base}` "
+        f"(baseline), counted under cachegrind on {runs['host'].nunique()} host(s) × "
+        f"{runs['interpreter'].nunique()} interpreter(s); no timed run compared them, so "
+        "this says which executes fewer instructions, not how much faster it is."
+    )
+    used = "\n".join(f"- {r.host}/{r.run_id}: {r.interpreter}" for r in runs.itertuples())
+    return [
+        Section("title", question.title, level=1, note=intro),
+        _counts_only_section(data, rows, (cand, base), level=2),
+        Section("reproduce", "Reproduce", note=_commands("bench", data, runs)),
+        Section("runs", "Runs used", note=used, detail=True),
+    ]
+
+
+def _counts_history(question: Question) -> list[Section]:
+    """A release history only instruction counts measured: the versions and runs, the
+    numbered steps whose counts moved, the table of every step, the reproduce commands."""
+    data = question.data
+    counts = data.count_steps
+    runs = counts[["host", "interpreter", "run_id"]].drop_duplicates()
+    labels = list(dict.fromkeys([*counts["from_version"], *counts["to_version"]]))
+    intro = (
+        f"Instructions per operation of {len(labels)} distinct versions of vLLM's "
+        f"`FreeKVCacheBlockQueue` and `KVCacheBlock`, from `{labels[0]}` to `{labels[-1]}`, "
+        f"counted under cachegrind ("
+        + ", ".join(f"{r.host}/{r.run_id}, {r.interpreter}" for r in runs.itertuples())
+        + "). "
+        + history_present.COUNTS_NOTE
+    )
+    lines = history_present.count_step_lines(counts)
+    answer = (
+        "Release steps whose instructions per operation changed by "
+        f"{history_present.CODE_COST_MIN:.0%} or more (lowest to highest change over the "
+        "cells):\n\n" + "\n".join(lines)
+    )
+    return [
+        Section("title", question.title, level=1, note=intro),
+        Section("answer", "Answer", note=answer),
+        Section(
+            "steps",
+            "Every release step per host × interpreter",
+            table=history_present.count_step_table(counts),
+            detail=True,
+        ),
+        Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
+    ]
 
 
 def _pair_variants(question: Question) -> store.Processed:
@@ -376,6 +458,10 @@ def _history(question: Question) -> list[Section]:
                 detail=True,
             )
         )
+    counted = history_present.counts_only_steps(data.count_steps, versions)
+    if len(counted):
+        out.append(sections.count_history_section(counted, explain=True))
+        runs = pd.concat([runs, counted[["host", "interpreter", "run_id"]].drop_duplicates()])
     out += [
         Section("method", "Method", note=history_present.note(versions), detail=True),
         Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
@@ -437,6 +523,7 @@ def _policy(question: Question) -> list[Section]:
     if older_line:
         # The line naming the older protocol's runs belongs to the method, not the answer.
         method += "\n\n" + older_line
+    replaced = prose.replaced_policy_runs(data.policy)
     hosts = sorted(runs["host"].unique())
     older_text = f"{len(older)} run{'s' if len(older) != 1 else ''} of the older protocol"
     if len(runs):
@@ -463,6 +550,8 @@ def _policy(question: Question) -> list[Section]:
         )
     if len(hosts) > 1:
         answer += "\n\nThe other hosts' figures are in the table below."
+    if replaced:
+        answer += "\n\n" + replaced
     # Only the older protocol measured: its runs are named, and no empty answer, figure
     # or table stands in for a steady state that no run measured.
     steady = bool(len(table))

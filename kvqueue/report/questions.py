@@ -10,6 +10,9 @@ A *question* is what one writeup answers (:mod:`kvqueue.report.writeup`):
   interpreter;
 - a **policy study**: the headline policy runs.
 
+A pair or a history that only instruction counts measured (``METRIC=instructions`` runs,
+no timed run of it) is a question too, its data the counts alone.
+
 :func:`find` returns them newest first (by the newest run that answers each), each with a
 :class:`~kvqueue.processed.store.Processed` scoped to it: only its rows, the ``headline``
 columns recomputed so that every table and figure function of the report, given the
@@ -23,8 +26,11 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from kvqueue.ab import ab_analysis
+from kvqueue import schema
+from kvqueue.ab import ab_analysis, count_tables
+from kvqueue.history import history_present
 from kvqueue.processed import store
+from kvqueue.report import sections
 
 AB = "ab"
 HISTORY = "history"
@@ -177,13 +183,50 @@ def _newest_source(history: pd.DataFrame) -> pd.Series:
     return last
 
 
+def _counted_sources(counts: pd.DataFrame) -> list[str]:
+    """The newest version of each history counts run's row of ``count_steps`` (its last
+    step's ``to_version``)."""
+    if counts.empty:
+        return []
+    last = counts.groupby(["host", "run_id"], sort=False)["to_version"].last()
+    return [str(last[(a, b)]) for a, b in zip(counts["host"], counts["run_id"], strict=True)]
+
+
+def _history_title(source: str) -> tuple[str, str]:
+    """(slug, title) of the release history up to ``source``."""
+    if source.startswith("vllm=="):
+        return "history", "Release history"
+    return f"history-{slug(source)}", f"Release history up to `{source}`"
+
+
 def _history_questions(data: store.Processed) -> list[Question]:
     h = data.history
-    if h.empty:
-        return []
-    newest = _newest_source(h)
-    h = h.assign(_newest=[newest[(a, b)] for a, b in zip(h["host"], h["run_id"], strict=True)])
+    counts = data.count_steps
+    counted = counts.assign(_newest=_counted_sources(counts)) if len(counts) else counts
+    alone = history_present.counts_only_steps(counted, h)
     out = []
+    timed_sources: set[str] = set()
+    if not h.empty:
+        newest = _newest_source(h)
+        h = h.assign(_newest=[newest[(a, b)] for a, b in zip(h["host"], h["run_id"], strict=True)])
+        timed_sources = set(h["_newest"].astype(str))
+    for source, grp in alone.groupby("_newest", sort=True) if len(alone) else ():
+        if source in timed_sources:
+            continue  # shown in the timed history's writeup, beside its steps
+        stem, title = _history_title(str(source))
+        scoped = replace(
+            data,
+            runs=_empty(data.runs),
+            summary=_empty(data.summary),
+            policy=_empty(data.policy),
+            history=_empty(data.history),
+            history_steps=_empty(data.history_steps),
+            count_pairs=_empty(data.count_pairs),
+            count_steps=grp.drop(columns="_newest"),
+        )
+        out.append(Question(HISTORY, stem, title, str(grp["run_id"].max()), scoped))
+    if h.empty:
+        return out
     for source, grp in h.groupby("_newest", sort=True):
         # Per host × interpreter: the analysis's headline run where it belongs to this
         # history, else the newest run of it.
@@ -205,16 +248,47 @@ def _history_questions(data: store.Processed) -> list[Question]:
             policy=_empty(data.policy),
             history=versions,
             history_steps=steps,
+            count_steps=(
+                counted[counted["_newest"] == source].drop(columns="_newest")
+                if len(counted)
+                else counts
+            ),
         )
-        is_release = str(source).startswith("vllm==")
-        title = "Release history" + ("" if is_release else f" up to `{source}`")
+        stem, title = _history_title(str(source))
+        out.append(Question(HISTORY, stem, title, str(versions["run_id"].max()), scoped))
+    return out
+
+
+def _counts_ab_questions(data: store.Processed, timed: set[tuple[str, str]]) -> list[Question]:
+    """A question per pair only instruction counts answer (no timed run compared it):
+    its ``count_pairs`` rows and the ``counts`` of their runs; no time table."""
+    only = count_tables.counts_only(data.count_pairs, data.summary)
+    out = []
+    for pair in sections.counted_pairs(only, data):
+        if pair in timed:
+            continue  # the timed writeup shows these counts (question_sections)
+        rows = only[(only["candidate"] == pair[0]) & (only["baseline"] == pair[1])]
+        scoped = replace(
+            data,
+            settings=replace(data.settings, pairs=(pair,)),
+            runs=_empty(data.runs),
+            variants=_empty(data.variants),
+            process_medians=_empty(data.process_medians),
+            ratios=_empty(data.ratios),
+            summary=_empty(data.summary),
+            order_effects=_empty(data.order_effects),
+            floor_gap=_empty(data.floor_gap),
+            policy=_empty(data.policy),
+            history=_empty(data.history),
+            history_steps=_empty(data.history_steps),
+            counts=data.counts[data.counts["run_id"].isin(set(rows["run_id"]))],
+            count_pairs=rows,
+            count_steps=_empty(data.count_steps),
+        )
+        stem = f"{slug(pair[0])}-vs-{slug(pair[1])}"
         out.append(
             Question(
-                HISTORY,
-                "history" if is_release else f"history-{slug(str(source))}",
-                title,
-                str(versions["run_id"].max()),
-                scoped,
+                AB, stem, f"`{pair[0]}` vs `{pair[1]}`", str(rows["run_id"].max()), scoped, pair
             )
         )
     return out
@@ -225,13 +299,16 @@ def _policy_questions(data: store.Processed) -> list[Question]:
     if p.empty or not p["headline"].astype(bool).any():
         return []
     head = p[p["headline"].astype(bool)]
+    # With the steady-state runs that a newer one replaces: the writeup names them
+    # (kvqueue.report.prose.replaced_policy_runs); every table and figure reads the headline.
+    replaced = p[~p["headline"].astype(bool) & (p["protocol"] == schema.POLICY_PROTOCOL)]
     scoped = replace(
         data,
         runs=_empty(data.runs),
         summary=_empty(data.summary),
         history=_empty(data.history),
         history_steps=_empty(data.history_steps),
-        policy=head,
+        policy=pd.concat([head, replaced]) if len(replaced) else head,
     )
     return [Question(POLICY, "policy", "Allocation policies", str(head["run_id"].max()), scoped)]
 
@@ -249,7 +326,10 @@ def find(data: store.Processed) -> list[Question]:
     list of Question
         Slugs are unique (a repeated one gets ``-2``, ``-3``, ...).
     """
-    found = _ab_questions(data) + _history_questions(data) + _policy_questions(data)
+    ab = _ab_questions(data)
+    timed = {q.pair for q in ab if q.pair is not None}
+    found = ab + _counts_ab_questions(data, timed) + _history_questions(data)
+    found += _policy_questions(data)
     found.sort(key=lambda q: q.newest, reverse=True)
     seen: dict[str, int] = {}
     out = []

@@ -106,6 +106,12 @@ def intro_note(data: store.Processed) -> str:
             f"Paired, order-randomized A/B comparison of {pairs}. No run qualifies for the "
             f"headline tables (quick runs and runs with fewer than {paired_stats.MIN_PROCESSES} "
             "processes never do): every run found is listed under Provenance."
+            + (
+                " Instruction counts (`METRIC=instructions`: which executes fewer "
+                "instructions, not time) are shown below."
+                if len(data.count_pairs) or len(data.count_steps)
+                else ""
+            )
         )
     hosts = heads["host"].nunique()
     pythons = heads["interpreter"].nunique()
@@ -166,6 +172,48 @@ def _floor_gap_note(data: store.Processed) -> str:
         "is as fast as the bound, a negative share that it is slower than the baseline. "
         "*Bound saves* is the size of the gap; where it is only a few percent, the share is "
         "imprecise (wide CI). n/a when the bound is not clearly faster than the baseline."
+    )
+
+
+def counted_pairs(rows: pd.DataFrame, data: store.Processed) -> list[tuple[str, str]]:
+    """The pairs of counts-only rows (:func:`kvqueue.ab.count_tables.counts_only`) that
+    get a verdict and a writeup: per run the report's configured pairs it counted, else
+    every pair it counted (each variant against its baseline), as a timed run's are."""
+    out: list[tuple[str, str]] = []
+    if rows.empty:
+        return out
+    every = data.count_pairs
+    for run, grp in rows.groupby("run_id", sort=True):
+        mine = every[every["run_id"] == run]
+        have = list(dict.fromkeys(zip(mine["candidate"], mine["baseline"], strict=True)))
+        only = set(zip(grp["candidate"], grp["baseline"], strict=True))
+        pairs = [p for p in data.settings.pairs if p in have] or have
+        out += [(str(c), str(b)) for c, b in pairs if (c, b) in only and (c, b) not in out]
+    return out
+
+
+def count_history_section(counted: pd.DataFrame, explain: bool) -> Section:
+    """The release steps of the histories only counted: numbered code-cost steps and the
+    table of every step (:func:`kvqueue.history.history_present.count_step_table`);
+    ``explain``: open with how to read counts (a timed history's note is above it)."""
+    table = history_present.count_step_table(counted)
+    runs = counted[["host", "interpreter", "run_id"]].drop_duplicates()
+    listed = ", ".join(f"{r.host}/{r.run_id} ({r.interpreter})" for r in runs.itertuples())
+    lines = history_present.count_step_lines(counted)
+    return Section(
+        "history-counts",
+        "Release steps by instruction counts",
+        level=3,
+        note=(
+            (history_present.COUNTS_NOTE + "\n\n" if explain else "")
+            + f"Counts runs: {listed}. Release steps that changed instructions per operation "
+            f"by {history_present.CODE_COST_MIN:.0%} or more (lowest to highest change over "
+            "the cells):\n\n" + "\n".join(lines)
+        ),
+        table=table,
+        table_label=f"Release step → change in instructions per operation ({len(table)} rows)",
+        fold=len(table) > 16,
+        detail=True,
     )
 
 
@@ -337,6 +385,29 @@ def build(data: store.Processed) -> list[Section]:
                 fold=True,
             )
         )
+    only = count_tables.counts_only(data.count_pairs, data.summary)
+    shown = counted_pairs(only, data)
+    if shown:
+        only = only[[p in shown for p in zip(only["candidate"], only["baseline"], strict=True)]]
+        table = count_tables.counts_table(only)
+        verdicts = [count_tables.counts_verdict(only, c, b) for c, b in shown]
+        out.append(
+            Section(
+                "counts-only",
+                "Instruction counts without a timed run",
+                note="\n\n".join(
+                    [
+                        "Comparisons that a counts run (`make bench METRIC=instructions`) "
+                        "measured on a host × interpreter where no headline time run did.",
+                        *verdicts,
+                        count_tables.counts_method(data.counts, sorted(set(only["run_id"]))),
+                    ]
+                ),
+                table=table,
+                table_label=f"Instructions per operation per cell: {len(table)} rows",
+                fold=len(table) > 16,
+            )
+        )
     confirm = ab_tables.present_cases(data, "confirm")
     if confirm:
         table = ab_tables.results_table(data, confirm, phase="confirm")
@@ -382,7 +453,14 @@ def build(data: store.Processed) -> list[Section]:
         Section(
             "policy",
             "Allocation policies",
-            note=policy_present.note(data.policy, data.settings.confidence),
+            note="\n\n".join(
+                p
+                for p in (
+                    policy_present.note(data.policy, data.settings.confidence),
+                    prose.replaced_policy_runs(data.policy),
+                )
+                if p
+            ),
             table=policy_table if not policy_table.empty else None,
             table_label=(
                 f"Steady state per policy, host × interpreter × regime ({len(policy_table)} rows)"
@@ -393,19 +471,24 @@ def build(data: store.Processed) -> list[Section]:
         )
     )
     history_table = history_present.step_table(data.history_steps, data.count_steps)
+    counted = history_present.counts_only_steps(data.count_steps, data.history)
+    timed = not data.history.empty or counted.empty
     out.append(
         Section(
             "history",
             "Release history",
-            note=history_present.note(data.history),
+            note=history_present.note(data.history, counted),
             table=history_table if not history_table.empty else None,
             table_label=f"Release range → change in time "
             f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
-            figure="history",  # a placeholder that says how to make one, when no run
+            # A placeholder that says how to make one when no run; none beside counts.
+            figure="history" if timed else None,
             fold=len(history_table) > 16,
             detail=True,
         )
     )
+    if len(counted):
+        out.append(count_history_section(counted, explain=not data.history.empty))
     out += [
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
         Section(

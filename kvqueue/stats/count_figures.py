@@ -296,7 +296,8 @@ def analyze(
     out here.
 
     ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
-    run also compares every variant with its baseline.
+    run also compares every variant with its baseline. ``count_steps`` holds the newest
+    history counts run per host × interpreter × newest version.
     """
     runs: list[CountRun] = []
     left: dict[str, str] = {}
@@ -314,13 +315,19 @@ def analyze(
             labels = [v["label"] for v in run.meta["variants"]]
             wanted += [(c, labels[0]) for c in labels[1:] if (c, labels[0]) not in wanted]
     pair_rows = pair_reductions(ab, wanted)
-    versions = {
-        run.meta["run_id"]: [
-            v["label"] for v in reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"])
-        ]
-        for run in runs
-        if run.meta.get(schema.QUESTION_KEY) == "history"
-    }
+    # The newest history counts run per host × interpreter × newest version: an older one
+    # is replaced (the ledger calls it superseded), as a newer timed history replaces one.
+    versions: dict[str, list[str]] = {}
+    newest: dict[tuple[str, str, str], str] = {}
+    for run in sorted(runs, key=lambda r: str(r.meta["run_id"])):
+        if run.meta.get(schema.QUESTION_KEY) == "history":
+            labels = [
+                v["label"] for v in reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"])
+            ]
+            key = (str(run.meta["host"]), run.interpreter, labels[-1] if labels else "")
+            versions.pop(newest.get(key, ""), None)
+            newest[key] = str(run.meta["run_id"])
+            versions[newest[key]] = labels
     steps = history_steps(frame, versions)
     if not steps.empty:
         steps = steps.assign(
