@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -83,6 +84,16 @@ def _empty(df: pd.DataFrame) -> pd.DataFrame:
     return df.iloc[0:0]
 
 
+def _scoped(data: store.Processed, emptied: tuple[str, ...], **kept: Any) -> store.Processed:
+    """``data`` with the tables named in ``emptied`` emptied (their columns kept) and the
+    fields in ``kept`` replaced: what one question's writeup reads."""
+    return replace(data, **{name: _empty(getattr(data, name)) for name in emptied}, **kept)
+
+
+#: The tables only a timed A/B question reads.
+_TIMED_AB = ("variants", "process_medians", "ratios", "order_effects", "floor_gap")
+
+
 def _run_rank(runs: pd.DataFrame) -> pd.Series:
     """Sort key of each run as the answer of its host × interpreter: full protocol first,
     then reduced, then anything else (quick, too few processes), then the newest."""
@@ -137,8 +148,9 @@ def _scope_ab(data: store.Processed, pair: tuple[str, str]) -> store.Processed |
             [(c, b) in shown for c, b in zip(ratios["candidate"], ratios["baseline"], strict=True)]
         ]
     variants = mark(data.variants)
-    return replace(
+    return _scoped(
         data,
+        ("policy", "history", "history_steps"),
         settings=replace(data.settings, pairs=(pair,)),
         runs=all_runs[all_runs["headline"]],
         variants=variants,
@@ -147,9 +159,6 @@ def _scope_ab(data: store.Processed, pair: tuple[str, str]) -> store.Processed |
         summary=summary,
         order_effects=mark(data.order_effects),
         floor_gap=gap,
-        policy=_empty(data.policy),
-        history=_empty(data.history),
-        history_steps=_empty(data.history_steps),
     )
 
 
@@ -214,14 +223,9 @@ def _history_questions(data: store.Processed) -> list[Question]:
         if source in timed_sources:
             continue  # shown in the timed history's writeup, beside its steps
         stem, title = _history_title(str(source))
-        scoped = replace(
+        scoped = _scoped(
             data,
-            runs=_empty(data.runs),
-            summary=_empty(data.summary),
-            policy=_empty(data.policy),
-            history=_empty(data.history),
-            history_steps=_empty(data.history_steps),
-            count_pairs=_empty(data.count_pairs),
+            ("runs", "summary", "policy", "history", "history_steps", "count_pairs"),
             count_steps=grp.drop(columns="_newest"),
         )
         out.append(Question(HISTORY, stem, title, str(grp["run_id"].max()), scoped))
@@ -241,11 +245,9 @@ def _history_questions(data: store.Processed) -> list[Question]:
 
         versions = pick(grp.drop(columns="_newest"))
         steps = pick(data.history_steps) if not data.history_steps.empty else data.history_steps
-        scoped = replace(
+        scoped = _scoped(
             data,
-            runs=_empty(data.runs),
-            summary=_empty(data.summary),
-            policy=_empty(data.policy),
+            ("runs", "summary", "policy"),
             history=versions,
             history_steps=steps,
             count_steps=(
@@ -268,22 +270,12 @@ def _counts_ab_questions(data: store.Processed, timed: set[tuple[str, str]]) -> 
         if pair in timed:
             continue  # the timed writeup shows these counts (question_sections)
         rows = only[(only["candidate"] == pair[0]) & (only["baseline"] == pair[1])]
-        scoped = replace(
+        scoped = _scoped(
             data,
+            ("runs", "summary", *_TIMED_AB, "policy", "history", "history_steps", "count_steps"),
             settings=replace(data.settings, pairs=(pair,)),
-            runs=_empty(data.runs),
-            variants=_empty(data.variants),
-            process_medians=_empty(data.process_medians),
-            ratios=_empty(data.ratios),
-            summary=_empty(data.summary),
-            order_effects=_empty(data.order_effects),
-            floor_gap=_empty(data.floor_gap),
-            policy=_empty(data.policy),
-            history=_empty(data.history),
-            history_steps=_empty(data.history_steps),
             counts=data.counts[data.counts["run_id"].isin(set(rows["run_id"]))],
             count_pairs=rows,
-            count_steps=_empty(data.count_steps),
         )
         stem = f"{slug(pair[0])}-vs-{slug(pair[1])}"
         out.append(
@@ -302,12 +294,9 @@ def _policy_questions(data: store.Processed) -> list[Question]:
     # With the steady-state runs that a newer one replaces: the writeup names them
     # (kvqueue.report.prose.replaced_policy_runs); every table and figure reads the headline.
     replaced = p[~p["headline"].astype(bool) & (p["protocol"] == schema.POLICY_PROTOCOL)]
-    scoped = replace(
+    scoped = _scoped(
         data,
-        runs=_empty(data.runs),
-        summary=_empty(data.summary),
-        history=_empty(data.history),
-        history_steps=_empty(data.history_steps),
+        ("runs", "summary", "history", "history_steps"),
         policy=pd.concat([head, replaced]) if len(replaced) else head,
     )
     return [Question(POLICY, "policy", "Allocation policies", str(head["run_id"].max()), scoped)]
