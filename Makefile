@@ -126,10 +126,13 @@ regress: $(STAMP) ## a change vs its base by instructions per op (BASE=git:REPO@
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 
-RAW_FILES    := $(shell find $(RAW_DIR) -type f 2>/dev/null)
+# RAW_DIR as typed (neither Make nor a shell evaluates it: RAW_DIR='$(shell ...)' runs
+# nothing), and empty means the default: a bare `find` would list the whole checkout.
+RAW_PATH     := $(or $(value RAW_DIR),data/raw)
+RAW_FILES    := $(shell find $(call sh_quote,$(RAW_PATH)) -type f 2>/dev/null)
 # The folders too: removing a run folder changes its host folder's mtime (and removing a
 # host folder changes the raw folder's), so the report is rebuilt without the removed run.
-RAW_FOLDERS  := $(wildcard $(RAW_DIR)) $(wildcard $(RAW_DIR)/*/) $(wildcard $(RAW_DIR)/*/*/)
+RAW_FOLDERS  := $(wildcard $(RAW_PATH)) $(wildcard $(RAW_PATH)/*/) $(wildcard $(RAW_PATH)/*/*/)
 # And git's index: the report shows whether each run is committed and unmodified.
 GIT_STATE    := $(wildcard .git/index .git/HEAD)
 # The scope (RAW_DIR, HOSTS, RUNS) and KV_REGIONS (it prices the policy runs): rewritten only

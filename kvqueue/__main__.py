@@ -143,9 +143,24 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
-    """``--raw-dir``, else (with ``--from-env``) ``KVQUEUE_RAW_DIR``, else ``data/raw``."""
+    """``--raw-dir``, else (with ``--from-env``) ``KVQUEUE_RAW_DIR``, else ``data/raw``.
+
+    Raises
+    ------
+    BenchInputError
+        It is a file, or under one, or it could not be made: refused before any gate or
+        measurement (a file here ended a whole bench in ``NotADirectoryError``).
+    """
     text = args.raw_dir or (os.environ.get(ENV_PREFIX + RAW_DIR, "") if args.from_env else "")
-    return Path(text or resolve_in_repo(RAW_DIR_DEFAULT)).resolve()
+    path = Path(text or resolve_in_repo(RAW_DIR_DEFAULT)).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise BenchInputError(f"RAW_DIR '{text}' is a file, not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise BenchInputError(f"RAW_DIR '{text}' is under a file ({existing})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchInputError(f"RAW_DIR '{text}': {existing} is not writable")
+    return path
 
 
 def _raw_dir_text(args: argparse.Namespace) -> str:
@@ -167,7 +182,12 @@ def _prefix(command: str) -> str:
 
 
 def _exit_status(command: str, exc: BaseException) -> int:
-    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 130 Ctrl-C."""
+    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 128 + the
+    signal's number for a stop (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    from kvqueue.kernel import Stopped
+
+    if isinstance(exc, Stopped):  # SIGTERM, SIGHUP: the shell's status for that signal
+        return 128 + exc.signum
     if isinstance(exc, KeyboardInterrupt):
         return 130
     print(f"{_prefix(command)}: {exc}", file=sys.stderr)
@@ -417,12 +437,14 @@ def _add_check_queue(sub: argparse._SubParsersAction) -> None:
 def _cmd_check_queue(args: argparse.Namespace) -> int:
     from kvqueue.ab import queue_check
 
-    p = check_queue_params.from_text(_texts(args, "check-queue"))
+    texts = _texts(args, "check-queue")
+    p = check_queue_params.from_text(texts)
     outcomes = queue_check.check(
         p.pythons,
         queue=p.queue,
         reference=resolve_in_repo(p.reference),
         update=p.update,
+        announce=_announce("check-queue", texts),
     )
     return queue_check.exit_status(outcomes)
 
@@ -572,7 +594,8 @@ def _cmd_policy(args: argparse.Namespace) -> None:
         return
     checked, info = policy_checks.check(given)
     run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
-    policy_collect.run_policy(checked, info, raw_dir, run_id)
+    announce = _announce("policy", texts, RAW_DIR=_raw_dir_text(args))
+    policy_collect.run_policy(checked, info, raw_dir, run_id, announce=announce)
 
 
 # ------------------------------------------------------------------ report

@@ -227,7 +227,10 @@ def test_gate_refusal_exits_1_and_writes_nothing(tmp_path, notebook, broken_queu
     )
     proc = bench_cli(*args, *([] if notebook else ["--no-notebook"]))
     assert proc.returncode == 1, proc.stderr
-    message = proc.stderr[proc.stderr.index("make bench: ") :]
+    # The parameters not at their defaults come first (the gate is part of the run),
+    # then the refusal.
+    announce, message = proc.stderr[proc.stderr.index("make bench: ") :].split("\n", 1)
+    assert announce.startswith("make bench: parameters not at their defaults: HOST=smoke")
     assert message.startswith("make bench: validation gate refused a variant; nothing was timed")
     assert "gate FAIL" in message and "links are not cleared" in message
     assert not raw.exists()

@@ -27,7 +27,7 @@ from benchutil import (
 
 from kvqueue import schema
 from kvqueue.errors import BenchError, BenchInputError
-from kvqueue.measure import interpreter_checks, run_notebook, runner
+from kvqueue.measure import interpreter_checks, machine_lock, run_notebook, runner
 from kvqueue.params import bench_params
 from kvqueue.rawdata import raw_reader
 
@@ -253,7 +253,7 @@ def test_a_colliding_run_id_never_files_its_notebook_into_the_other_run(tmp_path
 
 def test_a_second_bench_on_the_same_machine_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
-    with runner.machine_lock("a bench of this test"):
+    with machine_lock.hold("a bench of this test"):
         proc = bench_cli("--host", "h", "--raw-dir", raw, "--no-notebook", *TINY_ARGS)
         with pytest.raises(BenchInputError, match="another bench is running"):
             runner.run_bench(_tiny(), raw)
@@ -277,3 +277,23 @@ def test_an_unwritable_release_cache_is_one_line(tmp_path: Path) -> None:
     )
     _one_line(proc, 2, "cannot create the release cache")
     assert tree(tmp_path) == ["file"]
+
+
+@pytest.mark.parametrize("command", ["bench", "policy", "history"])
+@pytest.mark.parametrize("where", ["file", "under a file"])
+def test_a_raw_dir_that_is_a_file_is_refused_before_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, where: str
+) -> None:
+    """Issue 28.6: RAW_DIR naming a file ended a whole bench, after its gate, in a raw
+    ``NotADirectoryError`` (exit 1); now one line, exit 2, nothing run or written."""
+    from kvqueue import __main__ as cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    raw = blocker if where == "file" else blocker / "raw"
+    code = cli.main([command, "--host", "h", "--raw-dir", str(raw)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith(f"make {command}: RAW_DIR '{raw}' is "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert blocker.read_text() == "not a folder\n"

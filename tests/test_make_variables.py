@@ -236,3 +236,36 @@ def test_the_module_prints_the_line_and_nothing_when_all_is_known() -> None:
         proc.stdout
         == "make help: unknown variable VPYY (did you mean VPY?); the Makefile's own: VPY\n"
     )
+
+
+def _raw_files_seen(*given: str) -> subprocess.CompletedProcess[str]:
+    """What the report's rule would read as raw files, for a RAW_DIR given on the
+    command line (a probe goal that reads RAW_DIR, as `report` does)."""
+    return _make(
+        "--eval",
+        "probe-raw_VARS := RAW_DIR",
+        "--eval",
+        "probe-raw: ; @echo $(words $(RAW_FILES))",
+        "probe-raw",
+        *given,
+    )
+
+
+def test_an_empty_raw_dir_is_the_default_to_the_report_s_rule() -> None:
+    """Issue 28.6: `make report RAW_DIR=` ran a bare `find`, which listed the whole
+    checkout (the .venv's files with spaces became Make's "No rule to make target")."""
+    expected = sum(1 for p in (REPO_ROOT / "data" / "raw").rglob("*") if p.is_file())
+    for given in ("RAW_DIR=", "RAW_DIR=data/raw"):
+        proc = _make_ok(_raw_files_seen(given))
+        assert int(proc.stdout) == expected, given
+
+
+def test_a_raw_dir_that_is_make_syntax_runs_nothing(tmp_path: Path) -> None:
+    mark = tmp_path / "ran"
+    proc = _make_ok(_raw_files_seen(f"RAW_DIR=$(shell touch {mark})"))
+    assert int(proc.stdout) == 0 and not mark.exists()
+
+
+def _make_ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    return proc

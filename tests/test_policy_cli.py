@@ -81,6 +81,10 @@ def test_a_tiny_policy_run_end_to_end(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    # Issue 28.1: before the gate, the run names what it was given beyond the defaults.
+    (shown,) = [ln for ln in proc.stderr.splitlines() if "not at their defaults" in ln]
+    assert shown.startswith("make policy: parameters not at their defaults: HOST=tiny")
+    assert "TURNOVERS=8" in shown and f"RAW_DIR={raw}" in shown
     (run_dir,) = (raw / "tiny").iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["kind"] == "policy" and meta["status"] == "complete"

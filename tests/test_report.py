@@ -123,6 +123,10 @@ def test_a_failing_notebook_is_one_line_and_stops_the_writeups(
     broken = tmp_path / "broken.ipynb"
     broken.write_text(json.dumps(nb), encoding="utf-8")
     out = tmp_path / "reports"
+    # A previous build's outputs (issue 28.7: they were left beside the new tables).
+    (out / "writeups").mkdir(parents=True)
+    (out / "report.html").write_text("<p>the previous build</p>\n")
+    (out / "writeups" / "history.md").write_text("the previous build\n")
     proc = subprocess.run(
         [sys.executable, "-m", "kvqueue", "report", "--raw-dir", str(fixture_raw),
          "--processed-dir", str(tmp_path / "processed"), "--out", str(out),
@@ -130,9 +134,13 @@ def test_a_failing_notebook_is_one_line_and_stops_the_writeups(
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"kvqueue report: {broken} failed: "), last
-    assert "broken on purpose" in last and f"(executed copy: {out / 'report.ipynb'})" in last
+    failed, removed = proc.stderr.strip().splitlines()[-2:]
+    assert failed.startswith(f"kvqueue report: {broken} failed: "), failed
+    assert "broken on purpose" in failed
+    assert f"(executed copy: {out / 'report.ipynb'})" in failed
+    assert removed.startswith("kvqueue report: removed the previous report.html and writeups")
+    assert (tmp_path / "processed" / "manifest.json").is_file()
+    assert not (out / "report.html").exists() and not (out / "writeups").exists()
     assert not list((out / ".figure-cache").glob(".*.tmp"))
 
 

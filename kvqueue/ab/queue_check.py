@@ -449,6 +449,7 @@ def check(
     cases: Sequence[str] = CASES,
     out: TextIO | None = None,
     counter: Counter | None = None,
+    announce: str = "",
 ) -> list[Outcome]:
     """Check every input, then count ``queue`` under each interpreter and compare with
     (or record) the reference.
@@ -469,6 +470,9 @@ def check(
         Where the results go (default: stdout; the counts' progress goes to stderr).
     counter
         The counting function (default :func:`count_queue`; tests pass a fake).
+    announce
+        The line printed to stderr once every input is checked (the parameters not at
+        their defaults), before anything is counted.
 
     Returns
     -------
@@ -509,6 +513,8 @@ def check(
             )
     valgrind = cachegrind.find_valgrind(cache_sim=False)
     threshold = float(data.get("threshold_pct", THRESHOLD_PCT))
+    if announce:
+        print(announce, file=sys.stderr, flush=True)
 
     outcomes: list[Outcome] = []
     recorded = 0

@@ -18,7 +18,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.ab import ab_analysis
 from kvqueue.formatting import fmt_interval, fmt_signed_pct
-from kvqueue.measure import counts_run, interpreter_checks, runner
+from kvqueue.measure import counts_run, interpreter_checks, machine_lock, runner
 from kvqueue.params import bench_params
 from kvqueue.params.bench_params import BenchParams, Checked
 from kvqueue.params.report_params import ReportSettings
@@ -58,7 +58,7 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
         text = format_counts(count_figures.table(counted, pairs), checked, time.monotonic() - start)
         print(text, file=out)
         return pd.DataFrame(count_figures.table(counted, pairs))
-    with runner.machine_lock("make quick"):
+    with machine_lock.hold("make quick"):
         # The gate at the bench's pools too, not only the quick loop's 2,048 blocks.
         gate = runner.run_gate(p, sizes=schema.POOLS)
         expected = {g["label"]: g["sha256"] for g in gate}

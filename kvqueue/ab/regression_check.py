@@ -42,7 +42,7 @@ from typing import Any, TextIO
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchInputError
-from kvqueue.measure import cachegrind, counts_run, interpreter_checks, runner
+from kvqueue.measure import cachegrind, counts_run, interpreter_checks, machine_lock, runner
 from kvqueue.params import regression_params
 from kvqueue.params.bench_params import Checked
 from kvqueue.params.regression_params import RESOLUTION_FACTOR, Regress
@@ -160,7 +160,7 @@ def count_sources(
     results to itself, and the Markdown names the commits and digests they hold.
     """
     params = checked.params
-    with runner.machine_lock("make regress"):
+    with machine_lock.hold("make regress"):
         # The gate at the bench's pools too, as make quick: a queue broken only above
         # 5,000 blocks passed a gate that stopped at 2,048.
         gate = runner.run_gate(params, sizes=schema.POOLS)

@@ -23,7 +23,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.gate import model_check
-from kvqueue.measure import cachegrind, run_folder, runner
+from kvqueue.measure import cachegrind, machine_lock, run_folder, runner
 from kvqueue.params.bench_params import BenchParams, Checked
 
 
@@ -72,7 +72,7 @@ def count_rows(
     """Gate and count, writing nothing (``make quick METRIC=instructions``)."""
     params = checked.params
     valgrind = cachegrind.find_valgrind(params.cache_sim)
-    with runner.machine_lock("the counts"):
+    with machine_lock.hold("the counts"):
         gate = runner.run_gate(params, invalid=invalid, sizes=sizes)
         return cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
 
@@ -118,7 +118,7 @@ def run_counts(
     params, py = checked.params, checked.python
     valgrind = cachegrind.find_valgrind(params.cache_sim)
     start = time.monotonic()
-    with runner.machine_lock("make bench"):
+    with machine_lock.hold("make bench"):
         gate = runner.run_gate(params, invalid=invalid)
         run_id = run_id or schema.new_run_id(py["tag"], schema.KIND_COUNTS)
         jobs = cachegrind.plan(params.labels, params.cases, params.pools)

@@ -18,6 +18,7 @@ from typing import Any
 
 from kvqueue import hostinfo
 from kvqueue.errors import BenchInputError
+from kvqueue.measure import machine_lock
 from kvqueue.params.bench_params import BenchParams, Checked, check_values
 from kvqueue.sources import loader
 from kvqueue.subjects import queue_cases
@@ -26,9 +27,10 @@ MIN_PYTHON = (3, 10)
 
 
 def check(p: BenchParams, announce: str = "") -> Checked:
-    """Run every check of a bench run once: values, interpreter, variant sources; then
-    print ``announce`` (the parameters not at their defaults) to stderr, so that the
-    line comes before any measuring and never beside a refusal.
+    """Run every check of a bench run once: values, interpreter, variant sources, and
+    that no other bench holds the machine; then print ``announce`` (the parameters not
+    at their defaults) to stderr, so that the line comes before the gate and any
+    measuring and never beside a refusal of the input.
 
     Raises
     ------
@@ -39,6 +41,7 @@ def check(p: BenchParams, announce: str = "") -> Checked:
     path, info = check_python(p.python)
     p = replace(p, python=path)
     check_sources(p)
+    machine_lock.refuse_if_held()
     if announce:
         print(announce, file=sys.stderr, flush=True)
     return Checked(p, info)

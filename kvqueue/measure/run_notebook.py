@@ -30,6 +30,8 @@ _ERRORS = {
     "GateRefused": GateRefused,
     "BenchError": BenchError,
 }
+#: The stop signals this launcher forwarded to its kernel during the current run.
+_forwarded: list[int] = []
 
 
 @contextlib.contextmanager
@@ -54,6 +56,7 @@ def _interrupts_go_to_the_kernel() -> Iterator[type]:
             if pgid is None:  # no kernel yet (or not a local one): stop here as usual
                 raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
             # The whole group, as a terminal would: the runner and its current worker.
+            _forwarded.append(signum)
             os.killpg(pgid, signal.SIGINT)
 
         try:
@@ -92,6 +95,7 @@ def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str
     from nbclient.exceptions import DeadKernelError
 
     run_dir = schema.run_path(raw_dir, checked.params.host, run_id)
+    _forwarded.clear()
     remove_dead_entries(_TMP_PREFIX)  # what a launcher killed by kill -9 left
     # Stop signals before the kernel starts or after it ends stop here, as Ctrl-C does
     # (the temp folder removed); while it runs they go to it.
@@ -118,7 +122,9 @@ def run_bench_notebook(checked: bench_params.Checked, raw_dir: Path, run_id: str
             if exc.ename in _ERRORS:
                 raise _ERRORS[exc.ename](exc.evalue) from None
             if exc.ename == "KeyboardInterrupt":
-                raise KeyboardInterrupt from None
+                # The launcher's exit status names the signal it got (143 for SIGTERM).
+                last = _forwarded[-1] if _forwarded else signal.SIGINT
+                raise (KeyboardInterrupt() if last == signal.SIGINT else Stopped(last)) from None
             raise BenchError(f"{exc.ename}: {exc.evalue or 'no message'}") from None
         except DeadKernelError:
             # kill -9 of the kernel (or the runner in it): nobody else can close the run.

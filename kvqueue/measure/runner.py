@@ -24,17 +24,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvqueue import hostinfo, schema
-from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.errors import BenchError, GateRefused
 from kvqueue.gate import model_check
 from kvqueue.gate.gate import sizes_summary as gate_sizes
-from kvqueue.kernel import stop_signals
-from kvqueue.measure import child, process_sizing, run_folder
+from kvqueue.measure import child, machine_lock, process_sizing, run_folder
 from kvqueue.measure.interpreter_checks import check
 from kvqueue.measure.run_folder import RunWriter
 from kvqueue.params.bench_params import BUDGET_START_ENV, BenchParams, Checked
@@ -49,9 +48,6 @@ GATE_SECONDS_PER_VARIANT = 60.0
 GATE_SECONDS_BASE = 120.0
 WORKER_SLACK = 10.0
 WORKER_SECONDS_BASE = 120.0
-#: One bench at a time per machine: a second timing job on these 2-vCPU VMs slows a
-#: pinned benchmark by up to a third, and both runs would be recorded as complete.
-LOCK_ENV = "KVQUEUE_LOCK_FILE"
 
 #: The comparisons and cases a run is sized for: (candidate, baseline) pairs and cases.
 SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
@@ -146,66 +142,6 @@ def _kill_session(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.communicate(timeout=5)
-
-
-def lock_path() -> Path:
-    """The machine-wide bench lock (``$KVQUEUE_LOCK_FILE``, else ``/tmp/kvqueue-bench.lock``).
-
-    A fixed folder, not ``tempfile.gettempdir()``: with another ``TMPDIR`` two benches
-    took two locks and ran at once.
-    """
-    import tempfile
-
-    folder = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
-    return Path(os.environ.get(LOCK_ENV) or folder / "kvqueue-bench.lock")
-
-
-@contextlib.contextmanager
-def machine_lock(what: str) -> Iterator[None]:
-    """Hold the one-bench-per-machine lock, or refuse in one line if another holds it;
-    while it is held, SIGTERM and SIGHUP take the path of Ctrl-C.
-
-    Every measuring command (bench, quick, history, policy, counts) holds the lock for
-    all of its work, so this is the one place where they all get the stop signals
-    (:func:`kvqueue.kernel.stop_signals`): a ``kill`` or a dropped ssh connection keeps
-    the finished processes, marks the run ``interrupted`` and stops the children.
-
-    Raises
-    ------
-    BenchInputError
-        Another bench is running (its pid and run are named).
-    """
-    with stop_signals(), _lock_file(what):
-        yield
-
-
-@contextlib.contextmanager
-def _lock_file(what: str) -> Iterator[None]:
-    """:func:`machine_lock`'s lock: ``flock`` on :func:`lock_path`, naming its holder."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, as before
-        yield
-        return
-    path = lock_path()
-    fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole run
-    try:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "unknown"
-            raise BenchInputError(
-                f"another bench is running on this machine ({holder}); two timing jobs at "
-                f"once slow each other by up to a third: wait for it (lock {path})"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()}, {what}, since {run_folder.now()}")
-        fh.flush()
-        yield
-    finally:
-        fh.close()
 
 
 def run_gate(
@@ -379,7 +315,7 @@ def run_bench(
         After marking the run folder ``interrupted``.
     """
     checked = params if isinstance(params, Checked) else check(params)
-    with machine_lock(f"host {checked.params.host}"):
+    with machine_lock.hold(f"host {checked.params.host}"):
         return _run_locked(checked, raw_dir, run_id, launcher_pid or os.getpid(), kind)
 
 

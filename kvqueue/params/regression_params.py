@@ -27,9 +27,10 @@ from kvqueue.params.spec import param
 #: 2,048, the seven cases). Two zero runs of one process agree to 0.02-1.6 instructions
 #: per operation (<= 0.06 %); the same class at two commits (a comment-only change)
 #: counted as base and head differed by up to 0.04 % on CPython 3.11.7 and 3.10.13, 0.10 %
-#: on 3.12.1 and 0.13 % on 3.13.0 (0.12 % on 3.12.1 at pool 100,000) once a collection
-#: that the counted worker's final ``gc.enable()`` starts in some target runs is left out;
-#: with it, 0.31 % on 3.12.1 and 4.1 % on 3.13.0 (docs/appendix-counts.md). The same
+#: on 3.12.1 and 0.13 % on 3.13.0 (0.12 % on 3.12.1 at pool 100,000) without the
+#: collection that the counted worker's final ``gc.enable()`` used to start in some
+#: target runs (0.31 % on 3.12.1 and 4.1 % on 3.13.0 with it; the worker now leaves the
+#: collector off and ends with ``os._exit``: docs/appendix-counts.md). The same
 #: source counted twice in one run (AA=1): within 0.04 % on 3.11.7. 1 % is ~10x the
 #: largest of these (0.13 %), the threshold of ``make check-queue``, and far below what a
 #: real slowdown adds (8 wasted loop iterations in ``popleft``: +82 % on popappend).

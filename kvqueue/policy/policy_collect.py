@@ -47,7 +47,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.measure import run_folder, runner
+from kvqueue.measure import machine_lock, run_folder, runner
 from kvqueue.params import policy_params
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.params.policy_params import PolicyParams
@@ -226,8 +226,12 @@ def worker_timeout(p: PolicyParams) -> float:
     return 300.0 + blocks * 2.5e-4 * (1 + p.pool / 4096)
 
 
-def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
-    """Run a checked policy run into ``raw_dir/<host>/<run_id>/``; return the folder.
+def run_policy(
+    p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_id: str, announce: str = ""
+) -> Path:
+    """Run a checked policy run into ``raw_dir/<host>/<run_id>/``; return the folder
+    (``announce``: the line printed to stderr once the trace and pool are checked, before
+    the gate).
 
     Raises
     ------
@@ -238,11 +242,13 @@ def run_policy(p: PolicyParams, python_info: dict[str, Any], raw_dir: Path, run_
     BenchInputError
         Another bench or policy run holds the machine lock.
     """
-    with runner.machine_lock(f"policy run {run_id}"):
-        return _run_locked(p, python_info, raw_dir, run_id)
+    with machine_lock.hold(f"policy run {run_id}"):
+        return _run_locked(p, python_info, raw_dir, run_id, announce)
 
 
-def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str) -> Path:
+def _run_locked(
+    p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str, announce: str
+) -> Path:
     traced = trace_info(p)
     if traced and traced["turnovers"] > p.turnovers * 1.01:
         print(
@@ -253,6 +259,8 @@ def _run_locked(p: PolicyParams, py: dict[str, Any], raw_dir: Path, run_id: str)
             flush=True,
         )
     pool = run_pool(p, traced)
+    if announce:
+        print(announce, file=sys.stderr, flush=True)
     gate = run_bench_gate(p, pool)
     check = run_check(p)
     edges = age_windows.age_edges(p.warmup_turnovers, p.turnovers)

@@ -239,8 +239,47 @@ def _report(
             + (f" ({len(left)} left out, named above)" if left else " (no run folder found)"),
             file=sys.stderr,
         )
+        _drop_stale(out)
         return 2
     now = stage(f"processed tables of {len(data.ledger)} run folders{scope}", started)
+    status = 1
+    try:
+        status = _render(processed_dir, out, settings, notebook, cases, raw_dir, stage, now)
+    finally:
+        if status:
+            _drop_stale(out)
+    print(f"report: done in {time.perf_counter() - started:.1f} s")
+    return status
+
+
+def _drop_stale(out: Path) -> None:
+    """Remove the previous build's report.html and writeups once the processed tables
+    were rewritten and this build did not finish: they showed other runs. A failed
+    report left them beside tables they no longer matched, with nothing to say so."""
+    stale = [p for p in (out / "report.html", out / writeup.WRITEUPS) if p.exists()]
+    for path in stale:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if stale:
+        names = " and ".join(p.name for p in stale)
+        print(
+            f"kvqueue report: removed the previous {names}: data/processed now holds "
+            "this build's tables, which they do not show",
+            file=sys.stderr,
+        )
+
+
+def _render(
+    processed_dir: Path,
+    out: Path,
+    settings: ReportSettings,
+    notebook: Path,
+    cases: Sequence[str],
+    raw_dir: Path,
+    stage: Callable[[str, float], float],
+    now: float,
+) -> int:
+    """Steps 2-4 of :func:`report` from the processed tables; 0, or 1 if the notebook
+    failed."""
 
     out.mkdir(parents=True, exist_ok=True)
     figures_dir = out / "figures"
@@ -278,7 +317,6 @@ def _report(
     print(f"report: {html_path}")
     for path in paths:
         print(f"writeup: {path}")
-    print(f"report: done in {time.perf_counter() - started:.1f} s")
     return 0
 
 
