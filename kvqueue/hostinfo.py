@@ -206,12 +206,17 @@ def machine_info() -> dict[str, Any]:
 
 # sys.flags and orig_argv tell a wrapper script (`python3 -O "$@"`) or PYTHONOPTIMIZE
 # apart from a plain interpreter: -O strips every assert of the gate and the queues.
+#: Runs under any interpreter it may be given, Python 2.7 included (no f-string, no
+#: ``sys.implementation``), so that an old one is refused by its version, not by a
+#: probe that failed. ``sys_version`` and ``machine`` name a build (check-queue's key).
 _PY_PROBE = (
     "import json, platform, sys; print(json.dumps({"
     "'executable': sys.executable, 'version': platform.python_version(), "
     "'implementation': platform.python_implementation(), "
     "'build': ' '.join(platform.python_build()), 'compiler': platform.python_compiler(), "
-    "'tag': sys.implementation.cache_tag, 'version_info': list(sys.version_info[:3]), "
+    "'sys_version': sys.version.replace(chr(10), ' '), 'machine': platform.machine(), "
+    "'tag': getattr(getattr(sys, 'implementation', None), 'cache_tag', None), "
+    "'version_info': list(sys.version_info[:3]), "
     "'flags': {k: getattr(sys.flags, k) for k in dir(sys.flags) "
     "if not k.startswith('_') and isinstance(getattr(sys.flags, k), int)}, "
     "'orig_argv': list(getattr(sys, 'orig_argv', [])), 'prefix': sys.prefix}))"

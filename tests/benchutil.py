@@ -191,3 +191,23 @@ def run_worker(spec: dict[str, Any], python: str = sys.executable) -> subprocess
 def sample_columns() -> list[str]:
     """``schema.SAMPLE_COLUMNS`` as a list."""
     return list(schema.SAMPLE_COLUMNS)
+
+
+def make_environment(**extra: str) -> dict[str, str]:
+    """The caller's environment plus ``extra``, without an outer Make's flags (under
+    `make test` they would carry that call's command-line variables into ours)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return env | extra
+
+
+def run_make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``make --no-print-directory ARGS`` in the repository (``env``: its whole
+    environment, default :func:`make_environment`)."""
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        env=make_environment() if env is None else env,
+    )

@@ -138,7 +138,7 @@ def test_python_older_than_3_10_refused(tmp_path):
     old = fake_python(tmp_path / "python3.9", (3, 9, 0))
     raw = tmp_path / "raw"
     proc = bench_cli("--host", "smoke", "--raw-dir", raw, "--python", old, *TINY_ARGS)
-    assert_refused(proc, 2, "is 3.9.0; the worker needs Python >= 3.10")
+    assert_refused(proc, 2, "is CPython 3.9.0; the worker needs Python >= 3.10")
     assert not raw.exists()
 
 
@@ -163,7 +163,7 @@ def test_real_python_3_9_refused(tmp_path):
 @pytest.mark.parametrize(
     ("script", "words"),
     [
-        ("#!/bin/sh\necho 'not python' >&2\nexit 3\n", "does not run: not python"),
+        ("#!/bin/sh\necho 'not python' >&2\nexit 3\n", "does not run as a Python: not python"),
         ("#!/bin/sh\necho 'hello'\n", "does not run"),
     ],
     ids=["fails", "garbage-answer"],

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchutil import make_environment, run_make
 
 from kvqueue import __main__ as cli
 from kvqueue.params import make_vars
@@ -24,25 +25,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Targets that take no variable of their own (only the Makefile's settings). `clean` is
 #: left out: were the check ever lost, running it would remove data/processed.
 PLAIN_TARGETS = ("help", "test", "test-fast", "lint", "notebooks")
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    """The caller's environment plus ``extra``, without an outer Make's flags (under
-    `make test` they would carry that call's command-line variables into ours)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return env | extra
-
-
-def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``make --no-print-directory ARGS`` in the repository."""
-    return subprocess.run(
-        ["make", "--no-print-directory", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        env=_environment() if env is None else env,
-    )
 
 
 def _stand_in(tmp_path: Path) -> tuple[Path, Path]:
@@ -85,7 +67,7 @@ def test_a_mistyped_variable_is_refused_with_the_nearest_name(
     target: str, given: str, words: str, tmp_path: Path
 ) -> None:
     show, mark = _stand_in(tmp_path)
-    line = _refused(_make(target, given, f"VPY={show}"), words)
+    line = _refused(run_make(target, given, f"VPY={show}"), words)
     assert f"the variables of {target}: {' '.join(cli.reads(target))}" in line
     assert not mark.exists(), "a recipe ran"
 
@@ -94,7 +76,7 @@ def test_the_issue_s_policy_call_is_refused_and_runs_nothing(tmp_path: Path) -> 
     show, mark = _stand_in(tmp_path)
     raw = tmp_path / "raw"
     args = ("HOST=x", "TURNOVER=4", "POOL=2048", "PROCESSES=2", "WINDOWS=1", f"RAW_DIR={raw}")
-    _refused(_make("policy", *args, f"VPY={show}"), "TURNOVER (did you mean TURNOVERS?)")
+    _refused(run_make("policy", *args, f"VPY={show}"), "TURNOVER (did you mean TURNOVERS?)")
     assert not mark.exists() and not raw.exists()
 
 
@@ -103,28 +85,28 @@ def test_a_target_without_variables_refuses_any_but_the_makefile_s(
     target: str, tmp_path: Path
 ) -> None:
     show, mark = _stand_in(tmp_path)
-    line = _refused(_make(target, "PROCESSES=2", f"VPY={show}"), f"make {target}: unknown")
+    line = _refused(run_make(target, "PROCESSES=2", f"VPY={show}"), f"make {target}: unknown")
     assert "the Makefile's own: BOOTSTRAP_PY VENV VPY PARAMS_MK" in line
     assert not mark.exists(), "a recipe ran"
 
 
 def test_several_unknown_names_are_one_line(tmp_path: Path) -> None:
     show, _ = _stand_in(tmp_path)
-    line = _refused(_make("quick", "PROCESS=2", "SEEDS=3", f"VPY={show}"), "unknown variables")
+    line = _refused(run_make("quick", "PROCESS=2", "SEEDS=3", f"VPY={show}"), "unknown variables")
     assert "PROCESS (did you mean PROCESSES?)" in line and "SEEDS (did you mean SEED?)" in line
 
 
 def test_a_name_that_is_shell_syntax_runs_nothing(tmp_path: Path) -> None:
     pwned = tmp_path / "pwned"
     name = f"x';touch>{pwned};'"
-    _refused(_make("help", f"{name}=1"), f"unknown variable {name}")
+    _refused(run_make("help", f"{name}=1"), f"unknown variable {name}")
     assert not pwned.exists()
 
 
 def test_without_python_the_refusal_still_stops_the_call(tmp_path: Path) -> None:
     """An interpreter that cannot run gives no suggestion, but the call is refused."""
     show, mark = _stand_in(tmp_path)
-    proc = _make("quick", "PROCESS=2", f"VPY={show}", "BOOTSTRAP_PY=false")
+    proc = run_make("quick", "PROCESS=2", f"VPY={show}", "BOOTSTRAP_PY=false")
     _refused(proc, "make quick: unknown variable PROCESS (`make help` lists")
     assert not mark.exists()
 
@@ -138,7 +120,7 @@ def _args_of_refusal(tmp_path: Path, *args: str) -> list[str]:
     echo = tmp_path / "echo-args"
     echo.write_text("#!/bin/sh\nprintf '[%s]' \"$@\"\n", encoding="utf-8")
     echo.chmod(0o755)
-    proc = _make(*args, f"BOOTSTRAP_PY={echo}")
+    proc = run_make(*args, f"BOOTSTRAP_PY={echo}")
     assert proc.returncode != 0, proc.stderr
     return re.findall(r"\[([^]]*)\]", proc.stderr)
 
@@ -154,7 +136,7 @@ def test_make_asks_only_about_the_names_no_goal_reads(tmp_path: Path) -> None:
 
 def test_a_known_variable_passes(tmp_path: Path) -> None:
     show, mark = _stand_in(tmp_path)
-    proc = _make("quick", "PROCESSES=2", f"VPY={show}")
+    proc = run_make("quick", "PROCESSES=2", f"VPY={show}")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^KVQUEUE_PROCESSES=2$", proc.stdout, flags=re.M) and mark.exists()
 
@@ -162,7 +144,7 @@ def test_a_known_variable_passes(tmp_path: Path) -> None:
 def test_a_variable_is_fine_if_any_goal_reads_it(tmp_path: Path) -> None:
     """quick does not read QUICK; validate does."""
     show, _ = _stand_in(tmp_path)
-    proc = _make("quick", "validate", "QUICK=1", f"VPY={show}", f"PYTHON={show}")
+    proc = run_make("quick", "validate", "QUICK=1", f"VPY={show}", f"PYTHON={show}")
     assert proc.returncode == 0, proc.stderr
     assert "KVQUEUE_QUICK=1" in proc.stdout.splitlines()
 
@@ -170,16 +152,16 @@ def test_a_variable_is_fine_if_any_goal_reads_it(tmp_path: Path) -> None:
 def test_the_environment_is_never_refused(tmp_path: Path) -> None:
     """Only the command line counts: PATH, HOME, CI=true, even a typo, are not ours."""
     show, mark = _stand_in(tmp_path)
-    env = _environment(CI="true", TURNOVER="4", PROCESS="2", FOO="1")
-    proc = _make("quick", f"VPY={show}", env=env)
+    env = make_environment(CI="true", TURNOVER="4", PROCESS="2", FOO="1")
+    proc = run_make("quick", f"VPY={show}", env=env)
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert mark.exists()
-    assert _make("help", env=env).returncode == 0
+    assert run_make("help", env=env).returncode == 0
 
 
 def test_the_makefile_s_settings_pass_for_every_target(tmp_path: Path) -> None:
     include = REPO_ROOT / ".make" / "params.mk"
-    proc = _make("help", f"VPY={tmp_path}", f"VENV={tmp_path}", f"PARAMS_MK={include}")
+    proc = run_make("help", f"VPY={tmp_path}", f"VENV={tmp_path}", f"PARAMS_MK={include}")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
 
 
@@ -189,10 +171,10 @@ def test_a_missing_include_asks_the_declarations(tmp_path: Path) -> None:
     then the include is written and the call goes on; a refusal writes nothing."""
     show, mark = _stand_in(tmp_path)
     include = tmp_path / "make" / "params.mk"
-    proc = _make("quick", "PROCESS=2", f"VPY={show}", f"PARAMS_MK={include}")
+    proc = run_make("quick", "PROCESS=2", f"VPY={show}", f"PARAMS_MK={include}")
     _refused(proc, "unknown variable PROCESS (did you mean PROCESSES?)")
     assert not include.exists() and not mark.exists()
-    proc = _make("quick", "PROCESSES=2", f"VPY={show}", f"PARAMS_MK={include}")
+    proc = run_make("quick", "PROCESSES=2", f"VPY={show}", f"PARAMS_MK={include}")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert include.read_text(encoding="utf-8") == make_vars.fragment() and mark.exists()
 
@@ -204,7 +186,7 @@ def test_a_stale_include_does_not_refuse_a_declared_variable(tmp_path: Path) -> 
     include = tmp_path / "params.mk"
     include.write_text("VAR_TARGETS := quick\nquick_VARS := STAND_IN\n", encoding="utf-8")
     os.utime(include, (0, 0))
-    proc = _make("quick", "PROCESSES=2", f"VPY={show}", f"PARAMS_MK={include}")
+    proc = run_make("quick", "PROCESSES=2", f"VPY={show}", f"PARAMS_MK={include}")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert "KVQUEUE_PROCESSES=2" in proc.stdout.splitlines()
 
@@ -241,7 +223,7 @@ def test_the_module_prints_the_line_and_nothing_when_all_is_known() -> None:
 def _raw_files_seen(*given: str) -> subprocess.CompletedProcess[str]:
     """What the report's rule would read as raw files, for a RAW_DIR given on the
     command line (a probe goal that reads RAW_DIR, as `report` does)."""
-    return _make(
+    return run_make(
         "--eval",
         "probe-raw_VARS := RAW_DIR",
         "--eval",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchutil import run_make
 
 from kvqueue import __main__ as cli
 from kvqueue.errors import BenchInputError
@@ -170,18 +171,6 @@ def test_every_help_lists_every_variable_its_command_reads(
     assert not missing, f"`{command} --help` does not name {missing}"
 
 
-def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``make --no-print-directory ARGS`` in the repository (``env``: its whole environment)."""
-    return subprocess.run(
-        ["make", "--no-print-directory", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        env=env,
-    )
-
-
 def _help_variables(stdout: str) -> dict[str, list[str]]:
     """Target -> its variables, from ``make help``'s "variables of each target" lines."""
     listed: dict[str, list[str]] = {}
@@ -193,7 +182,7 @@ def _help_variables(stdout: str) -> dict[str, list[str]]:
 
 
 def test_make_help_lists_the_variables_of_every_target() -> None:
-    proc = _make("help")
+    proc = run_make("help")
     assert proc.returncode == 0, proc.stderr
     listed = _help_variables(proc.stdout)
     for target in (*VAR_TARGETS, "report"):
@@ -216,7 +205,7 @@ def test_make_exports_to_each_target_what_its_command_reads(target: str, tmp_pat
     show = _show_env(tmp_path)
     # PYTHON runs validate's recipe; a target that does not read it refuses it.
     python = [f"PYTHON={show}"] if "PYTHON" in cli.reads(target) else []
-    proc = _make(target, f"VPY={show}", *python, env={"PATH": os.environ["PATH"]})
+    proc = run_make(target, f"VPY={show}", *python, env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 0, proc.stderr
     exported = re.findall(rf"^{ENV_PREFIX}(\w+)=", proc.stdout, flags=re.M)
     assert sorted(exported) == sorted(cli.reads(target))
@@ -232,7 +221,9 @@ def test_make_passes_each_value_as_typed_and_only_as_kvqueue(target: str, tmp_pa
     given = {v: plain.get(v, UNEVALUATED) for v in cli.reads(target)}
     first = next(v for v in cli.reads(target) if v not in ("PYTHON", command_params.RAW_DIR))
     env = {"PATH": os.environ["PATH"], first: given[first]}
-    proc = _make(target, f"VPY={show}", *(f"{v}={given[v]}" for v in given if v != first), env=env)
+    proc = run_make(
+        target, f"VPY={show}", *(f"{v}={given[v]}" for v in given if v != first), env=env
+    )
     assert proc.returncode == 0, proc.stderr
     received = dict(re.findall(r"^(\w+)=(.*)$", proc.stdout, flags=re.M))
     assert {v: received[ENV_PREFIX + v] for v in given} == given
@@ -258,7 +249,7 @@ def test_make_reads_an_up_to_date_include_without_starting_python(tmp_path: Path
     cannot run, nothing warns, so no call to `make` pays a Python start."""
     include = tmp_path / "params.mk"
     include.write_text(_STANDIN_INCLUDE, encoding="utf-8")
-    proc = _make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
+    proc = run_make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     listed = _help_variables(proc.stdout)
     assert listed["bench"] == ["STAND_IN"] and set(listed) == {"bench", "setup"}
@@ -269,10 +260,10 @@ def test_a_failed_remake_keeps_the_previous_include(tmp_path: Path) -> None:
     which would show why) down with it; with no previous include, Make stops."""
     include = tmp_path / "params.mk"
     _stale(include, _STANDIN_INCLUDE)
-    proc = _make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
+    proc = run_make("help", f"PARAMS_MK={include}", "BOOTSTRAP_PY=false")
     assert proc.returncode == 0 and "kept the previous" in proc.stderr, proc.stderr
     assert _help_variables(proc.stdout)["bench"] == ["STAND_IN"]
-    proc = _make("help", f"PARAMS_MK={tmp_path / 'none' / 'params.mk'}", "BOOTSTRAP_PY=false")
+    proc = run_make("help", f"PARAMS_MK={tmp_path / 'none' / 'params.mk'}", "BOOTSTRAP_PY=false")
     assert proc.returncode != 0
 
 
@@ -285,7 +276,7 @@ def test_make_writes_the_include_from_the_declarations(stale: bool, tmp_path: Pa
     if stale:
         include.parent.mkdir()
         _stale(include, _STANDIN_INCLUDE)
-    proc = _make("help", f"PARAMS_MK={include}", f"BOOTSTRAP_PY={sys.executable}")
+    proc = run_make("help", f"PARAMS_MK={include}", f"BOOTSTRAP_PY={sys.executable}")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert include.read_text(encoding="utf-8") == make_vars.fragment()
     assert _help_variables(proc.stdout)["bench"] == cli.reads("bench")

@@ -57,12 +57,12 @@ def _fake_python(tmp_path: Path, name: str, version: str, impl: str = "CPython")
     """A script that answers the probe as ``impl`` ``version`` would (nothing else)."""
     parts = [int(x) for x in version.split(".")]
     answer = {
-        "version": f"{version} (fake build {name})",
+        "sys_version": f"{version} (fake build {name})",
         "machine": "x86_64",
-        "short": version,
+        "version": version,
         "implementation": impl,
         "version_info": parts,
-        "optimize": 0,
+        "flags": {"optimize": 0},
         "executable": str(tmp_path / name),
     }
     path = tmp_path / name
@@ -397,3 +397,21 @@ def test_the_counted_worker_never_re_enables_the_collector() -> None:
             gc.callbacks.remove(note)
         if was:
             gc.enable()
+
+
+def test_a_check_names_the_parameters_not_at_their_defaults_before_counting(
+    tmp_path: Path, counter: FakeCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28.1: like every measuring command, check-queue prints what it was given
+    beyond the defaults once its input is checked (a refusal prints only its own line,
+    the test above)."""
+    ref = tmp_path / "r.json"
+    _record(ref, sys.executable)
+    capsys.readouterr()
+    status, out, err = _run(["--pythons", sys.executable, "--reference", str(ref)], capsys)
+    assert status == 0, out + err
+    first = err.strip().splitlines()[0]
+    assert first == (
+        f"make check-queue: parameters not at their defaults: PYTHONS={sys.executable} "
+        f"REFERENCE={ref}"
+    )

@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,9 +58,7 @@ from typing import Any, TextIO
 from kvqueue import hostinfo
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.measure import cachegrind, interpreter_checks
-from kvqueue.sources import loader
 from kvqueue.stats import count_figures
-from kvqueue.subjects import queue_cases
 
 REFERENCE = Path("data") / "reference" / "queue-instructions.json"
 #: 2: each entry records the queue (source, sha256 of its class and block class) and the
@@ -76,14 +72,6 @@ SEED = 1
 PLAN_FIELDS = ("pool", "cases", "warmup_ops", "target_ops", "seed")
 
 # Runs under any interpreter (Python 2.7 included), so that an old one is named as such.
-_PROBE = (
-    "import sys, platform, json; print(json.dumps({"
-    "'version': sys.version.replace(chr(10), ' '), 'machine': platform.machine(), "
-    "'short': platform.python_version(), "
-    "'implementation': platform.python_implementation(), "
-    "'version_info': list(sys.version_info[:3]), 'optimize': sys.flags.optimize, "
-    "'executable': sys.executable}))"
-)
 
 #: The counting function: (interpreter, queue source, cases, valgrind, progress, sha256
 #: of the queue class) -> instructions per operation per case.
@@ -140,39 +128,18 @@ def plan_of(cases: Sequence[str]) -> dict[str, Any]:
 
 def probe_interpreter(python: str) -> Interpreter:
     """Probe one interpreter of ``PYTHONS``: it must exist, run and be CPython >= 3.10
-    without ``-O``.
+    without ``-O`` (:func:`kvqueue.measure.interpreter_checks.check_python`); its key is
+    the build (``sys.version`` and machine), as the reference records it.
 
     Raises
     ------
     BenchInputError
         One line naming the interpreter and what is wrong with it.
     """
-    found = shutil.which(python) if os.sep not in python else python
-    if not found or not Path(found).is_file():
-        raise BenchInputError(f"PYTHONS: '{python}' does not exist")
-    try:
-        proc = subprocess.run([found, "-c", _PROBE], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise BenchInputError(f"PYTHONS: '{python}' does not run ({exc})") from None
-    try:
-        info = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except ValueError:
-        info = None
-    if not isinstance(info, dict) or "version_info" not in info:
-        said = (proc.stderr.strip().splitlines() or ["no answer"])[-1][-200:]
-        raise BenchInputError(f"PYTHONS: '{python}' does not run as a Python ({said})")
-    short, impl = str(info["short"]), str(info["implementation"])
-    least = ".".join(map(str, interpreter_checks.MIN_PYTHON))
-    if impl != "CPython" or tuple(info["version_info"][:2]) < interpreter_checks.MIN_PYTHON:
-        raise BenchInputError(
-            f"PYTHONS: '{python}' is {impl} {short}; the counted worker needs CPython >= {least}"
-        )
-    if info.get("optimize"):
-        raise BenchInputError(
-            f"PYTHONS: '{python}' runs with -O (sys.flags.optimize={info['optimize']}), which "
-            "strips the queue's asserts: its count would not be of the code as written"
-        )
-    return Interpreter(python, f"{info['version']} [{info['machine']}]", short)
+    _, info = interpreter_checks.check_python(
+        python, role="PYTHONS:", worker="the counted worker", cpython_only=True
+    )
+    return Interpreter(python, f"{info['sys_version']} [{info['machine']}]", info["version"])
 
 
 def _refuse_old_format(path: Path, found: object) -> BenchInputError:
@@ -274,23 +241,14 @@ def _check_writable(path: Path) -> None:
 
 def load_queue(queue: str, cases: Sequence[str]) -> QueueIdentity:
     """Resolve and load the queue source (fetching a release), and check that every
-    case can run on it.
+    case can run on it (:func:`kvqueue.measure.interpreter_checks.check_source`).
 
     Raises
     ------
     BenchInputError
         The source does not resolve or load, or lacks a case's method (one line).
     """
-    try:
-        (variant,) = loader.load_variants([queue])
-    except loader.SourceError as exc:
-        raise BenchInputError(f"QUEUE '{queue}': {exc}") from None
-    for case in cases:
-        lacking = [m for m in queue_cases.CASE_METHODS[case] if not variant.can(m)]
-        if lacking:
-            raise BenchInputError(
-                f"QUEUE '{queue}' has no {', '.join(lacking)}: case {case} cannot be counted"
-            )
+    variant = interpreter_checks.check_source(queue, cases, role="QUEUE", done="counted")
     return QueueIdentity(queue, variant.queue_src.sha256, variant.block_src.sha256)
 
 

@@ -52,7 +52,7 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
     p = checked.params
     start = time.monotonic()
     if p.metric == "instructions":
-        rows = counts_run.count_rows(checked, sizes=schema.POOLS)
+        _, rows = counts_run.count_rows(checked, sizes=schema.POOLS, what="make quick")
         counted = count_figures.per_op(rows)
         pairs = [(label, p.labels[0]) for label in p.labels[1:]]
         text = format_counts(count_figures.table(counted, pairs), checked, time.monotonic() - start)

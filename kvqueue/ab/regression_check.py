@@ -42,9 +42,8 @@ from typing import Any, TextIO
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchInputError
-from kvqueue.measure import cachegrind, counts_run, interpreter_checks, machine_lock, runner
+from kvqueue.measure import cachegrind, counts_run, interpreter_checks
 from kvqueue.params import regression_params
-from kvqueue.params.bench_params import Checked
 from kvqueue.params.regression_params import RESOLUTION_FACTOR, Regress
 from kvqueue.sources import loader
 from kvqueue.stats import count_figures
@@ -149,24 +148,6 @@ def judge(
             )
         )
     return cells, resolution
-
-
-def count_sources(
-    checked: Checked, valgrind: cachegrind.Valgrind
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Gate both sources, then count them: (the gate's results, cachegrind's rows).
-
-    :func:`kvqueue.measure.counts_run.count_rows` does the same but keeps the gate's
-    results to itself, and the Markdown names the commits and digests they hold.
-    """
-    params = checked.params
-    with machine_lock.hold("make regress"):
-        # The gate at the bench's pools too, as make quick: a queue broken only above
-        # 5,000 blocks passed a gate that stopped at 2,048.
-        gate = runner.run_gate(params, sizes=schema.POOLS)
-        spec = counts_run.base_spec(params, gate)
-        rows = cachegrind.count(params.python, spec, valgrind=valgrind)
-    return gate, rows
 
 
 # ------------------------------------------------------------------ Markdown
@@ -368,7 +349,11 @@ def run_regress(r: Regress, out: TextIO | None = None, announce: str = "") -> in
     path = _out_path(r.params.out)
     valgrind = cachegrind.find_valgrind(cache_sim=False)
     checked = interpreter_checks.check(r.bench, announce)
-    gate, rows = count_sources(checked, valgrind)
+    # The gate at the bench's pools too, as make quick: a queue broken only above 5,000
+    # blocks passed a gate that stopped at 2,048.
+    gate, rows = counts_run.count_rows(
+        checked, sizes=schema.POOLS, valgrind=valgrind, what="make regress"
+    )
     base_label, head_label = checked.params.labels
     cells, resolution = judge(rows, r.per_case, base_label, head_label)
     comparison = Comparison(

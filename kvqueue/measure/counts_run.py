@@ -67,14 +67,33 @@ def counting_record(valgrind: cachegrind.Valgrind) -> dict[str, Any]:
 
 
 def count_rows(
-    checked: Checked, *, invalid: str = "refuse", sizes: tuple[int, ...] = ()
-) -> list[dict[str, Any]]:
-    """Gate and count, writing nothing (``make quick METRIC=instructions``)."""
+    checked: Checked,
+    *,
+    invalid: str = "refuse",
+    sizes: tuple[int, ...] = (),
+    valgrind: cachegrind.Valgrind | None = None,
+    what: str = "the counts",
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Gate and count, writing nothing (``make quick METRIC=instructions``, ``make
+    regress``): the gate's results (their commits and digests name the sources) and
+    cachegrind's rows.
+
+    Parameters
+    ----------
+    checked
+        Checked parameters.
+    invalid, sizes
+        As for :func:`kvqueue.measure.runner.run_gate`.
+    valgrind
+        valgrind as already found (default: found here).
+    what
+        The machine lock's holder, as a second command would be told.
+    """
     params = checked.params
-    valgrind = cachegrind.find_valgrind(params.cache_sim)
-    with machine_lock.hold("the counts"):
+    valgrind = valgrind or cachegrind.find_valgrind(params.cache_sim)
+    with machine_lock.hold(what):
         gate = runner.run_gate(params, invalid=invalid, sizes=sizes)
-        return cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
+        return gate, cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
 
 
 def run_counts(

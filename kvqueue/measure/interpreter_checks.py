@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,27 +48,49 @@ def check(p: BenchParams, announce: str = "") -> Checked:
     return Checked(p, info)
 
 
-def check_python(python: str) -> tuple[str, dict[str, Any]]:
+def check_python(
+    python: str, role: str = "PYTHON", worker: str = "the worker", cpython_only: bool = False
+) -> tuple[str, dict[str, Any]]:
     """Return the interpreter's path and identity if it exists, runs and is >= 3.10.
 
     A bare name (``python3``) is looked up on ``PATH`` like a shell would. The
     interpreter is started once here; everything later uses the returned identity.
+
+    Parameters
+    ----------
+    python
+        The name or path given.
+    role
+        The variable that named it, for the one-line refusal (``PYTHON``, ``PYTHONS``).
+    worker
+        What needs the interpreter, for the refusal (the timing or the counted worker).
+    cpython_only
+        Refuse another implementation (the counts are of CPython's interpreter loop).
+
+    Raises
+    ------
+    BenchInputError
+        It does not exist, does not run as a Python, is older than 3.10 (or not CPython,
+        with ``cpython_only``), or runs with ``-O``.
     """
     found = shutil.which(python) if os.sep not in python else python
-    if not found or not Path(found).exists():
-        raise BenchInputError(f"PYTHON '{python}' does not exist")
+    if not found or not Path(found).is_file():
+        raise BenchInputError(f"{role} '{python}' does not exist")
     try:
         info = hostinfo.python_info(found)
     except (OSError, ValueError) as exc:
-        raise BenchInputError(f"PYTHON '{found}' does not run: {exc}") from None
-    if tuple(info["version_info"][:2]) < MIN_PYTHON:
+        raise BenchInputError(f"{role} '{found}' does not run as a Python: {exc}") from None
+    impl = str(info.get("implementation", "Python"))
+    least = ".".join(map(str, MIN_PYTHON))
+    if tuple(info["version_info"][:2]) < MIN_PYTHON or (cpython_only and impl != "CPython"):
+        needs = "CPython" if cpython_only else "Python"
         raise BenchInputError(
-            f"PYTHON '{found}' is {info['version']}; the worker needs Python >= 3.10"
+            f"{role} '{found}' is {impl} {info['version']}; {worker} needs {needs} >= {least}"
         )
     optimize = (info.get("flags") or {}).get("optimize", 0)
     if optimize:
         raise BenchInputError(
-            f"PYTHON '{found}' runs with -O (sys.flags.optimize={optimize}; PYTHONOPTIMIZE or "
+            f"{role} '{found}' runs with -O (sys.flags.optimize={optimize}; PYTHONOPTIMIZE or "
             "a wrapper?): it strips every assert of the gate and the queues, so nothing "
             "would be measured as written"
         )
@@ -79,20 +102,50 @@ def check_sources(p: BenchParams) -> None:
 
     Loading (not just reading) catches a class that lacks a queue method up front.
     """
+    cases = tuple(dict.fromkeys([*p.cases, *p.confirm_cases]))
     for source in p.variants:
-        try:
-            if p.block_mode == "own":
-                (variant,) = loader.load_variants([source], block_mode="own")
-            else:
-                block = p.block_source or p.variants[0]
-                (variant,) = loader.load_variants([source], block_source=block)
-        except loader.SourceError as exc:
-            raise BenchInputError(f"variant '{source}': {exc}") from None
-        # A case must be callable on every variant (its own method or its adapter's).
-        for case in dict.fromkeys([*p.cases, *p.confirm_cases]):
-            lacking = [m for m in queue_cases.CASE_METHODS[case] if not variant.can(m)]
-            if lacking:
-                raise BenchInputError(
-                    f"variant '{source}' has no {', '.join(lacking)} (and no adapter for it): "
-                    f"case {case} cannot be timed on it"
-                )
+        if p.block_mode == "own":
+            check_source(source, cases, block_mode="own")
+        else:
+            check_source(source, cases, block_source=p.block_source or p.variants[0])
+
+
+def check_source(
+    source: str,
+    cases: Sequence[str],
+    *,
+    block_source: str | None = None,
+    block_mode: str = "shared",
+    role: str = "variant",
+    done: str = "timed",
+) -> loader.Variant:
+    """Load one queue source and check that every case can run on it (its own method
+    or its adapter's); return the loaded variant.
+
+    Parameters
+    ----------
+    source, block_source, block_mode
+        As for :func:`kvqueue.sources.loader.load_variants`.
+    cases
+        The cases that will run on it.
+    role, done
+        How the refusal names the source (``variant``, ``QUEUE``) and what a case is
+        (``timed``, ``counted``).
+
+    Raises
+    ------
+    BenchInputError
+        The source does not resolve or load, or lacks a case's method (one line).
+    """
+    try:
+        (variant,) = loader.load_variants([source], block_source, block_mode)
+    except loader.SourceError as exc:
+        raise BenchInputError(f"{role} '{source}': {exc}") from None
+    for case in cases:
+        lacking = [m for m in queue_cases.CASE_METHODS[case] if not variant.can(m)]
+        if lacking:
+            raise BenchInputError(
+                f"{role} '{source}' has no {', '.join(lacking)} (and no adapter for it): "
+                f"case {case} cannot be {done} on it"
+            )
+    return variant
