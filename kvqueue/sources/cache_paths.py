@@ -1,9 +1,11 @@
-"""Where the release cache keeps each vLLM release's ``kv_cache_utils.py``: the path rule,
-defined once.
+"""Where the release cache keeps each vLLM release's ``kv_cache_utils.py`` (and the other
+members a pool needs): the path rule, defined once.
 
 ``${XDG_CACHE_HOME:-~/.cache}/kvqueue/vllm-<version>/kv_cache_utils.py``, with its digest
-record ``record.json`` beside it. :mod:`kvqueue.sources.release_cache` fetches, records and
-verifies the files (the measuring side); the history writeup
+record ``record.json`` beside it; other members of ``vllm/v1/core/`` (``block_pool.py``,
+``kv_cache_metrics.py``) beside it with ``<stem>.record.json``.
+:mod:`kvqueue.sources.release_cache` fetches, records and verifies the files (the
+measuring side); the history writeup
 (:mod:`kvqueue.history.history_diffs`) only reads them, by this rule, to show what changed
 between two releases, without importing the measuring side. The cached texts are vLLM
 source: they live only in this git-ignored cache, never in the repository.
@@ -42,3 +44,51 @@ def cached_path(version: str) -> Path:
 def record_path(version: str) -> Path:
     """Return where the digest record of ``version``'s cached file lives (may not exist)."""
     return cached_path(version).with_name(RECORD_NAME)
+
+
+def member_cached_path(version: str, member: str) -> Path:
+    """Return where member ``member`` (a path inside the wheel) of ``version`` is cached.
+
+    ``kv_cache_utils.py`` keeps the path of :func:`cached_path`, so caches written before
+    other members were fetched stay valid; every other member of ``vllm/v1/core/`` lives
+    beside it under its own file name (``vllm-0.33.0/block_pool.py``).
+
+    Parameters
+    ----------
+    version
+        A release number such as ``"0.33.0"``.
+    member
+        The member's path inside the wheel, e.g. ``"vllm/v1/core/block_pool.py"``.
+
+    Returns
+    -------
+    Path
+        The cached file (may not exist).
+    """
+    name = member.rsplit("/", 1)[-1]
+    if name == MODULE_NAME:
+        return cached_path(version)
+    return cached_path(version).with_name(name)
+
+
+def member_record_path(version: str, member: str) -> Path:
+    """Return where the digest record of a cached member lives (may not exist).
+
+    ``kv_cache_utils.py``'s is :func:`record_path` (``record.json``); any other member's
+    is ``<stem>.record.json`` beside it (``block_pool.record.json``).
+    """
+    path = member_cached_path(version, member)
+    if path.name == MODULE_NAME:
+        return record_path(version)
+    return path.with_name(f"{path.stem}.{RECORD_NAME}")
+
+
+def member_absence_path(version: str, member: str) -> Path:
+    """Return where the note that a release's wheel lacks ``member`` is kept.
+
+    ``<stem>.absent.json`` beside the other members: written when the wheel was read and
+    had no such member (0.10.0 has no ``kv_cache_metrics.py``), so a later offline use
+    knows the member is absent rather than not yet fetched.
+    """
+    path = member_cached_path(version, member)
+    return path.with_name(f"{path.stem}.absent.json")

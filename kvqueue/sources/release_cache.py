@@ -25,12 +25,22 @@ from kvqueue.sources.cache_paths import (  # noqa: F401
     RECORD_NAME,
     cache_dir,
     cached_path,
+    member_absence_path,
+    member_cached_path,
+    member_record_path,
     record_path,
 )
 from kvqueue.sources.fetch_errors import CacheMismatch
 
 #: Path of the module that defines the queue, inside a vLLM wheel or checkout.
 MEMBER = "vllm/v1/core/kv_cache_utils.py"
+#: The module that defines ``BlockPool`` (vLLM 0.10.0 on as loaded here).
+POOL_MEMBER = "vllm/v1/core/block_pool.py"
+#: The pool's metrics collector: imported by ``block_pool.py`` from 0.18.0, absent in 0.10.0.
+METRICS_MEMBER = "vllm/v1/core/kv_cache_metrics.py"
+#: What a pool subject reads from a release, in fetch order; only the metrics may be absent.
+POOL_MEMBERS = (POOL_MEMBER, MEMBER, METRICS_MEMBER)
+OPTIONAL_MEMBERS = frozenset({METRICS_MEMBER})
 #: Value of the record's ``format`` field; bump it when the fields change meaning.
 #: Format 2 adds ``obtained`` and ``verified`` and allows a null ``wheel_sha256`` (a
 #: range read never sees the whole wheel); format-1 records are still read.
@@ -77,6 +87,9 @@ class ReleaseRecord:
     verified
         What was checked, in words (e.g. the member's CRC-32 and its sha256 against the
         wheel's RECORD, or the wheel's sha256 against the index).
+    member
+        The member's path inside the wheel; :data:`MEMBER` (``kv_cache_utils.py``) unless
+        a pool's other members were fetched (:data:`POOL_MEMBERS`).
     """
 
     vllm_version: str
@@ -88,12 +101,13 @@ class ReleaseRecord:
     fetched_at: str
     obtained: str = OBTAINED_DOWNLOAD
     verified: tuple[str, ...] = ()
+    member: str = MEMBER
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object written to ``record.json``."""
         return {
             "format": RECORD_FORMAT,
-            "member": MEMBER,
+            "member": self.member,
             "vllm_version": self.vllm_version,
             "file_sha256": self.file_sha256,
             "file_size": self.file_size,
@@ -106,13 +120,15 @@ class ReleaseRecord:
         }
 
 
-def read_record(version: str) -> ReleaseRecord | None:
+def read_record(version: str, member: str = MEMBER) -> ReleaseRecord | None:
     """Return the digest record of ``version``'s cached file, or None if there is none.
 
     Parameters
     ----------
     version
         A release number such as ``"0.32.0"``.
+    member
+        Which cached member's record (default: ``kv_cache_utils.py``'s ``record.json``).
 
     Returns
     -------
@@ -126,7 +142,7 @@ def read_record(version: str) -> ReleaseRecord | None:
         The record exists but is not valid JSON of the expected shape or names another
         release.
     """
-    path = record_path(version)
+    path = member_record_path(version, member)
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -139,8 +155,8 @@ def read_record(version: str) -> ReleaseRecord | None:
         raise _bad_record(path, f"is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") not in _RECORD_FORMATS:
         raise _bad_record(path, f"is not a format-{RECORD_FORMAT} (or 1) digest record")
-    if data.get("vllm_version") != version or data.get("member") != MEMBER:
-        raise _bad_record(path, f"is not the record of {MEMBER} of vllm=={version}")
+    if data.get("vllm_version") != version or data.get("member") != member:
+        raise _bad_record(path, f"is not the record of {member} of vllm=={version}")
     fields = {
         "file_sha256": str,
         "file_size": int,
@@ -179,6 +195,7 @@ def read_record(version: str) -> ReleaseRecord | None:
         fetched_at=data["fetched_at"],
         obtained=obtained or OBTAINED_DOWNLOAD,
         verified=verified,
+        member=member,
     )
 
 
@@ -189,11 +206,52 @@ def _bad_record(path: Path, why: str) -> CacheMismatch:
 
 
 def write_record(version: str, record: ReleaseRecord) -> None:
-    """Write ``record.json`` atomically (a torn record would block every later use)."""
-    path = record_path(version)
+    """Write ``record.json`` atomically (a torn record would block every later use).
+
+    The record of a member other than ``kv_cache_utils.py`` goes to its own file
+    (:func:`kvqueue.sources.cache_paths.member_record_path`).
+    """
+    path = member_record_path(version, record.member)
     partial = path.with_suffix(".part")
     partial.write_text(json.dumps(record.to_json(), indent=2) + "\n", encoding="utf-8")
     os.replace(partial, path)
+
+
+def write_absence(version: str, member: str, wheel: str) -> None:
+    """Note that ``version``'s wheel ``wheel`` has no ``member`` (read, not guessed).
+
+    Written only for a member of :data:`OPTIONAL_MEMBERS` after the wheel's listing was
+    read, so an offline use later tells "absent from the release" from "not fetched".
+    """
+    path = member_absence_path(version, member)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    note = {"format": RECORD_FORMAT, "member": member, "vllm_version": version, "wheel": wheel}
+    partial.write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def read_absence(version: str, member: str) -> bool:
+    """Whether a note says ``version``'s wheel has no ``member``.
+
+    Raises
+    ------
+    CacheMismatch
+        The note exists but is not one for this release and member.
+    """
+    path = member_absence_path(version, member)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError) as exc:
+        raise _bad_record(path, f"cannot be read ({exc})") from None
+    if not isinstance(data, dict) or (data.get("vllm_version"), data.get("member")) != (
+        version,
+        member,
+    ):
+        raise _bad_record(path, f"is not the absence note of {member} of vllm=={version}")
+    return True
 
 
 def verify_cached(version: str, target: Path, record: ReleaseRecord) -> None:

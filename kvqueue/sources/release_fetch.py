@@ -13,6 +13,13 @@ says so. A server that ignores ranges, a ``file:`` location, or a zip the reader
 not handle (zip64) falls back to the full download, checked against the index's sha256,
 from which the member is extracted. Nothing is installed and pip is not needed.
 
+A pool subject needs more than one member (:data:`POOL_MEMBERS`: ``block_pool.py``,
+``kv_cache_utils.py`` and, from 0.18.0, ``kv_cache_metrics.py``): :func:`fetch_members`
+reads every member not yet cached by the same range reads (one central directory and one
+RECORD for all), checks each against the RECORD's sha256 and caches each with its own
+digest record. ``kv_cache_utils.py`` keeps its path and ``record.json``, so a cache
+written by :func:`fetch_release` serves both.
+
 The parts: :mod:`kvqueue.sources.package_index` (pip's configuration, listings, the wheel to
 read), :mod:`kvqueue.sources.wheel_ranges` (the range read), :mod:`kvqueue.sources.release_cache`
 (the
@@ -61,16 +68,21 @@ from kvqueue.sources.release_cache import (
     MEMBER,
     OBTAINED_DOWNLOAD,
     OBTAINED_RANGE,
+    OPTIONAL_MEMBERS,
+    POOL_MEMBERS,
     ReleaseRecord,
     cache_dir,
     cached_path,
+    member_cached_path,
+    read_absence,
     read_record,
     sha256_file,
     verify_cached,
+    write_absence,
     write_record,
 )
 from kvqueue.sources.versions import is_version
-from kvqueue.sources.wheel_ranges import NoRanges, range_member, ranges_wanted
+from kvqueue.sources.wheel_ranges import NoRanges, range_member, range_members, ranges_wanted
 
 # An sdist is downloaded only to tell "too old" from "no wheel" when a release has no
 # wheel to read (vLLM 0.0.1-0.1.3: under 100 kB each); a large one is not worth it.
@@ -329,3 +341,201 @@ def _download_wheel_member(
             f"({type(exc).__name__}: {exc})"
         ) from None
     return wheel_sha256
+
+
+def fetch_members(
+    version: str,
+    members: tuple[str, ...] = POOL_MEMBERS,
+    optional: frozenset[str] = OPTIONAL_MEMBERS,
+    files: list[IndexFile] | None = None,
+) -> dict[str, Path | None]:
+    """Return local copies of several members of vLLM release ``version``, cached.
+
+    Each member is cached with its own digest record and checked against it at every
+    later use, exactly as :func:`fetch_release` does for ``kv_cache_utils.py`` (which
+    keeps its path, its ``record.json`` and, for a file cached before records existed,
+    :func:`fetch_release`'s verification). The members not yet cached are read in one
+    pass over the wheel: by range requests (each against the RECORD's sha256) or, when
+    the server ignores ranges, from one full download checked against the index.
+
+    Parameters
+    ----------
+    version
+        A release number such as ``"0.33.0"``.
+    members
+        Paths inside the wheel (default: :data:`POOL_MEMBERS`).
+    optional
+        Members the release may lack (default: ``kv_cache_metrics.py``, new in 0.18.0):
+        None is returned for them, and a note that they are absent is cached so an
+        offline use later needs no network.
+    files
+        The release's files as :func:`list_releases` gave them; by default the index is
+        asked (only when something is not cached).
+
+    Returns
+    -------
+    dict
+        ``{member: cached Path or None}``, in the order of ``members``.
+
+    Raises
+    ------
+    FetchError
+        One line, as :func:`fetch_release`; :class:`ModuleMissing` names the first
+        required member the release lacks (``block_pool.py`` for a release without one).
+    """
+    if not is_version(version):
+        raise FetchError(f"'{version}' is not a vLLM version number (expected e.g. 0.32.0)")
+    found: dict[str, Path | None] = {}
+    pending: list[str] = []
+    for member in members:
+        target = member_cached_path(version, member)
+        if member == MEMBER and target.is_file():
+            # A kv_cache_utils.py cached by fetch_release (perhaps before records
+            # existed): its own path verifies it.
+            found[member] = fetch_release(version, files=files)
+            continue
+        record = read_record(version, member)
+        if record is not None and target.is_file():
+            verify_cached(version, target, record)
+            found[member] = target
+        elif member in optional and read_absence(version, member):
+            found[member] = None
+        else:
+            pending.append(member)
+    if pending:
+        found.update(_fetch_members(version, tuple(pending), optional, files))
+    return {m: found[m] for m in members}
+
+
+def _fetch_members(
+    version: str,
+    members: tuple[str, ...],
+    optional: frozenset[str],
+    files: list[IndexFile] | None,
+) -> dict[str, Path | None]:
+    """Read ``members`` from one wheel, check and cache each (see fetch_members)."""
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FetchError(
+            f"cannot create the release cache {cache_dir()} ({exc.strerror or exc}): "
+            "set XDG_CACHE_HOME to a writable folder"
+        ) from None
+    settings = index_settings()
+    files = files if files is not None else release_files(version, settings)
+    net = Net(settings)
+    start = time.monotonic()
+    out: dict[str, Path | None] = {}
+    with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
+        wheel = choose_wheel(files)
+        if wheel is None:
+            raise _no_wheel(version, files, net, Path(tmp))
+        datas: dict[str, bytes | None] | None = None
+        if ranges_wanted(wheel):
+            try:
+                datas, verified = range_members(net, wheel, version, members, optional)
+            except NoRanges as exc:
+                print(
+                    f"kvqueue: {wheel.filename}: no range read ({exc}); downloading the "
+                    "whole wheel instead",
+                    file=sys.stderr,
+                )
+        if datas is not None:
+            obtained, wheel_sha256, from_index = OBTAINED_RANGE, None, False
+            how = "read by range requests"
+        else:
+            obtained, how = OBTAINED_DOWNLOAD, "wheel deleted"
+            wheel_sha256, datas = _download_wheel_members(
+                version, wheel, net, Path(tmp), members, optional
+            )
+            from_index = wheel.sha256 is not None
+            verified = ("wheel sha256 = the index's",) if from_index else ()
+        fetched_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for member in members:
+            data = datas[member]
+            if data is None:
+                write_absence(version, member, wheel.filename)
+                out[member] = None
+                continue
+            target = member_cached_path(version, member)
+            file_sha256 = hashlib.sha256(data).hexdigest()
+            if target.is_file() and sha256_file(target) != file_sha256:
+                # A file without its record was not written by kvqueue (the record goes
+                # first): never replace it silently.
+                raise CacheMismatch(
+                    f"cached file {target} is not vllm=={version}'s (from {wheel.filename}): "
+                    f"sha256 expected {file_sha256}, got {sha256_file(target)}; delete "
+                    f"{target} to re-fetch the release"
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(".part")
+            partial.write_bytes(data)
+            record = ReleaseRecord(
+                vllm_version=version,
+                file_sha256=file_sha256,
+                file_size=len(data),
+                wheel=wheel.filename,
+                wheel_sha256=wheel_sha256,
+                wheel_sha256_from_index=from_index,
+                fetched_at=fetched_at,
+                obtained=obtained,
+                verified=verified,
+                member=member,
+            )
+            # Record first, file last, as in _fetch.
+            write_record(version, record)
+            os.replace(partial, target)
+            out[member] = target
+    names = ", ".join(m.rsplit("/", 1)[-1] for m in members if out[m] is not None)
+    absent = [m.rsplit("/", 1)[-1] for m in members if out[m] is None]
+    print(
+        f"kvqueue: cached vLLM {version} {names}"
+        + (f" (no {', '.join(absent)} in this release)" if absent else "")
+        + f" in {time.monotonic() - start:.0f} s; {how}",
+        file=sys.stderr,
+    )
+    return out
+
+
+def _download_wheel_members(
+    version: str,
+    wheel: IndexFile,
+    net: Net,
+    tmp: Path,
+    members: tuple[str, ...],
+    optional: frozenset[str],
+) -> tuple[str, dict[str, bytes | None]]:
+    """Download the whole wheel, check it against the index, read ``members`` from it.
+
+    Returns
+    -------
+    tuple
+        The wheel's sha256 and ``{member: bytes or None (absent and optional)}``.
+    """
+    size = f"{wheel.size / 1e6:.0f} MB" if wheel.size else "size not listed"
+    print(
+        f"kvqueue: downloading vLLM {version} wheel {wheel.filename} ({size}, once) ...",
+        file=sys.stderr,
+    )
+    dest = tmp / wheel.filename
+    wheel_sha256 = _download_checked(net, wheel, dest)
+    out: dict[str, bytes | None] = {}
+    try:
+        with zipfile.ZipFile(dest) as zf:
+            names = set(zf.namelist())
+            for member in members:
+                if member in names:
+                    out[member] = zf.read(member)
+                elif member in optional:
+                    out[member] = None
+                else:
+                    raise ModuleMissing(
+                        f"vLLM release {version} has no {member} (not in {wheel.filename}): "
+                        "it predates the module, too old for this benchmark"
+                    )
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
+        raise NoReadableWheel(
+            f"vLLM release {version}'s wheel {wheel.filename} cannot be read "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    return wheel_sha256, out

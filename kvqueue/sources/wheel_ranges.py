@@ -190,30 +190,78 @@ def range_member(net: Net, wheel: IndexFile, version: str) -> tuple[bytes, tuple
     FetchError
         The member fails its CRC-32 or its RECORD sha256.
     """
+    found, verified = range_members(net, wheel, version, (MEMBER,))
+    data = found[MEMBER]
+    assert data is not None  # a required member is never None
+    return data, verified
+
+
+def range_members(
+    net: Net,
+    wheel: IndexFile,
+    version: str,
+    members: tuple[str, ...],
+    optional: frozenset[str] = frozenset(),
+) -> tuple[dict[str, bytes | None], tuple[str, ...]]:
+    """Read several members of a remote wheel by range requests, each checked.
+
+    The central directory and the RECORD are read once for all of them; each member is
+    checked against its zip CRC-32 and the sha256 the RECORD lists for it.
+
+    Parameters
+    ----------
+    net, wheel, version
+        The connection, the wheel to read and its release (for messages).
+    members
+        Paths inside the wheel, e.g. ``("vllm/v1/core/block_pool.py", ...)``.
+    optional
+        Members the wheel may lack: they come back as None instead of raising.
+
+    Returns
+    -------
+    tuple
+        ``{member: bytes or None}`` and the checks made, in words.
+
+    Raises
+    ------
+    NoRanges
+        Fall back to the full download.
+    ModuleMissing
+        The wheel's central directory lacks a member not in ``optional`` (the first
+        missing one is named).
+    FetchError
+        A member fails its CRC-32 or its RECORD sha256.
+    """
     entries, total = _central_directory(net, wheel.url)
     if wheel.size is not None and wheel.size != total:
         raise NoRanges(f"the server's size {total} is not the index's {wheel.size}")
     by_name = {e.name: e for e in entries}
-    if MEMBER not in by_name:
-        raise ModuleMissing(
-            f"vLLM release {version} has no {MEMBER} (not in {wheel.filename}): "
-            "it predates the module, too old for this benchmark"
-        )
+    for member in members:
+        if member not in by_name and member not in optional:
+            raise ModuleMissing(
+                f"vLLM release {version} has no {member} (not in {wheel.filename}): "
+                "it predates the module, too old for this benchmark"
+            )
     records = [e for e in entries if re.fullmatch(r"[^/]+\.dist-info/RECORD", e.name)]
     if len(records) != 1:
         raise NoRanges("no single .dist-info/RECORD")
-    data = _read_entry(net, wheel.url, by_name[MEMBER], total)
+    found: dict[str, bytes | None] = {
+        m: _read_entry(net, wheel.url, by_name[m], total) if m in by_name else None for m in members
+    }
     record_text = _read_entry(net, wheel.url, records[0], total).decode("utf-8", "replace")
-    listed = _record_sha256(record_text, MEMBER)
-    if listed is None:
-        raise NoRanges(f"the wheel's RECORD lists no sha256 for {MEMBER}")
-    got = hashlib.sha256(data).hexdigest()
-    if got != listed:
-        raise FetchError(
-            f"{MEMBER} of {wheel.filename} has sha256 {got} but the wheel's RECORD lists "
-            f"{listed}: the wheel is inconsistent, run again"
-        )
-    return data, (
+    for member, data in found.items():
+        if data is None:
+            continue
+        listed = _record_sha256(record_text, member)
+        if listed is None:
+            raise NoRanges(f"the wheel's RECORD lists no sha256 for {member}")
+        got = hashlib.sha256(data).hexdigest()
+        if got != listed:
+            raise FetchError(
+                f"{member} of {wheel.filename} has sha256 {got} but the wheel's RECORD lists "
+                f"{listed}: the wheel is inconsistent, run again"
+            )
+    return found, (
         "member zip CRC-32",
         "member sha256 = the wheel's RECORD",
         "wheel sha256 NOT checked (range read)",
