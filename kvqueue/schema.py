@@ -562,6 +562,7 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "pool": _I,
         "from_version": _S,
         "to_version": _S,
+        "release_range": _S,  # the step's label, as history_steps gives it
         "instr_change": _F,  # newer/older - 1 (+ = more instructions), as history_steps
     },
 }

@@ -119,3 +119,18 @@ def test_several_policy_runs_of_one_regime_name_the_ones_not_shown(tmp_path: Pat
     assert prose.replaced_policy_runs(table) == ""  # one run per regime: nothing to name
     (question,) = [q for q in questions.find(data) if q.kind == questions.POLICY]
     assert f"not shown {HOST}/{older['run_id'].iloc[0]}" in writeup.question_writeup(question)
+
+
+def test_a_counts_step_carries_the_label_the_timed_history_gives_it(tmp_path: Path) -> None:
+    """Issue 26.2: one label for a step in every table. A counts history counts each
+    distinct class once (0.6.5's class is 0.7.3's), so its step from 0.6.4.post1 was
+    labelled ``0.6.4.post1 → 0.7.3`` where the timed history says ``0.6.4.post1 → 0.6.5``
+    (the first release that shipped the newer class)."""
+    data = _build(tmp_path, HISTORY_RUN)
+    steps = data.count_steps
+    first = steps[steps["from_version"] == "vllm==0.6.4.post1"]
+    assert set(first["to_version"]) == {"vllm==0.7.3"}
+    assert set(first["release_range"]) == {"0.6.4.post1 → 0.6.5"}
+    table = _section(data, "history-counts").table
+    assert "0.6.4.post1 → 0.6.5" in set(table["Release step"])
+    assert "0.6.4.post1 → 0.7.3" not in set(table["Release step"])

@@ -19,7 +19,7 @@ from kvqueue.errors import BenchInputError
 from kvqueue.history import history_collect
 from kvqueue.measure import interpreter_checks
 from kvqueue.params import bench_params, history_params
-from kvqueue.sources import loader
+from kvqueue.sources import loader, versions
 from kvqueue.sources.fetch_errors import ModuleMissing, ReleaseNotFound
 from kvqueue.sources.release_cache import MEMBER
 
@@ -218,9 +218,9 @@ def test_non_consecutive_releases_are_recorded_and_warned(releases, monkeypatch)
     from kvqueue.history import history_analysis
 
     newer, older = found.record()["versions"][:2]
-    assert history_analysis._step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
+    assert versions.step_range(older, newer) == "3.1.0 → 3.2.0 (also in 3.0.0)"
     assert history_analysis._span(newer) == "3.0.0, 3.2.0"
-    assert history_analysis._step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
+    assert versions.step_range(found.record()["versions"][2], older) == "2.1.0 → 3.1.0"
 
 
 # ------------------------------------------------------------------ report side
@@ -436,5 +436,5 @@ def test_own_source_is_the_newest_point_of_the_history(good_path):
     own = history_collect.own_version_record(variant)
     assert own["label"] == "mine" and own["releases"] == []
     older = {"label": "vllm==0.33.0", "releases": ["0.32.0", "0.33.0"]}
-    assert history_analysis._step_range(older, own) == "0.33.0 → mine"
+    assert versions.step_range(older, own) == "0.33.0 → mine"
     assert history_analysis._span(own) == "mine"

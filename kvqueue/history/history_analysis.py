@@ -41,7 +41,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.params.history_params import HISTORY_DEFAULTS
 from kvqueue.rawdata import raw_reader
-from kvqueue.sources.versions import version_key
+from kvqueue.sources.versions import step_range
 from kvqueue.stats import paired_stats
 
 
@@ -57,21 +57,6 @@ def _span(version: Mapping[str, Any]) -> str:
     if version.get("non_consecutive"):
         return ", ".join(releases)  # a range would claim the releases in between
     return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
-
-
-def _step_range(older: Mapping[str, Any], newer: Mapping[str, Any]) -> str:
-    """``"last of older → first of newer after it"``, and the newer's earlier releases.
-
-    A version whose releases are not consecutive (A, B, A) also shipped before the older
-    one: the step is from the older's last release to the newer's next one.
-    """
-    last = older["releases"][-1]
-    if not newer["releases"]:  # a user's own source (NEWEST) after the releases
-        return f"{last} → {newer['label']}"
-    after = [r for r in newer["releases"] if version_key(r) > version_key(last)]
-    earlier = [r for r in newer["releases"] if version_key(r) < version_key(last)]
-    text = f"{last} → {(after or newer['releases'])[0]}"
-    return text + (f" (also in {', '.join(earlier)})" if earlier else "")
 
 
 def reduced(meta: Mapping[str, Any]) -> str:
@@ -169,7 +154,7 @@ def analyze(
                         "pool": int(pool),
                         "from_version": a,
                         "to_version": b,
-                        "release_range": _step_range(older, newer),
+                        "release_range": step_range(older, newer),
                         "n_processes": r.n,
                         "change": r.estimate - 1.0,
                         "ci_low": low,

@@ -398,10 +398,8 @@ def counts_only_steps(counts: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFr
 
 
 def _count_range(row: object) -> str:
-    older, newer = (
-        str(getattr(row, k)).removeprefix("vllm==") for k in ("from_version", "to_version")
-    )
-    return f"{older} → {newer}"
+    """The step's label: the timed history's (``release_range``) for the same step."""
+    return str(row.release_range)  # type: ignore[attr-defined]
 
 
 def count_step_kinds(counts: pd.DataFrame) -> dict[str, str]:

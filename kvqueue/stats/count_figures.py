@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from kvqueue import schema
+from kvqueue.sources.versions import step_range
 
 #: Weights of L1 hits, last-level hits and RAM accesses in estimated cycles.
 CYCLE_WEIGHTS = (1, 5, 35)
@@ -273,17 +275,32 @@ def pair_reductions(frame: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd
     return pd.DataFrame(rows)
 
 
-def history_steps(frame: pd.DataFrame, versions: Mapping[str, Sequence[str]]) -> pd.DataFrame:
-    """Each history counts run's steps: newer vs its predecessor, per cell (instructions).
+def history_steps(
+    frame: pd.DataFrame, versions: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> pd.DataFrame:
+    """Each history counts run's steps: newer vs its predecessor, per cell (instructions),
+    with the step's ``release_range``, the label the timed history gives the same step.
 
-    ``versions``: run_id -> the run's version labels, oldest first.
+    ``versions``: run_id -> the run's versions (``run.json``'s history entries), oldest
+    first.
     """
     rows = []
-    for run_id, labels in versions.items():
+    for run_id, found in versions.items():
         sub = frame[frame["run_id"] == run_id]
-        pairs = list(zip(labels[1:], labels[:-1], strict=True))
+        pairs = [(b["label"], a["label"]) for a, b in itertools.pairwise(found)]
         if not sub.empty and pairs:
-            rows.append(pair_reductions(sub, pairs))
+            ranges = {
+                (b["label"], a["label"]): step_range(a, b) for a, b in itertools.pairwise(found)
+            }
+            got = pair_reductions(sub, pairs)
+            if not got.empty:
+                got = got.assign(
+                    release_range=[
+                        ranges[(c, b)]
+                        for c, b in zip(got["candidate"], got["baseline"], strict=True)
+                    ]
+                )
+            rows.append(got)
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -317,17 +334,15 @@ def analyze(
     pair_rows = pair_reductions(ab, wanted)
     # The newest history counts run per host × interpreter × newest version: an older one
     # is replaced (the ledger calls it superseded), as a newer timed history replaces one.
-    versions: dict[str, list[str]] = {}
+    versions: dict[str, list[Mapping[str, Any]]] = {}
     newest: dict[tuple[str, str, str], str] = {}
     for run in sorted(runs, key=lambda r: str(r.meta["run_id"])):
         if run.meta.get(schema.QUESTION_KEY) == "history":
-            labels = [
-                v["label"] for v in reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"])
-            ]
-            key = (str(run.meta["host"]), run.interpreter, labels[-1] if labels else "")
+            found = list(reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"]))
+            key = (str(run.meta["host"]), run.interpreter, found[-1]["label"] if found else "")
             versions.pop(newest.get(key, ""), None)
             newest[key] = str(run.meta["run_id"])
-            versions[newest[key]] = labels
+            versions[newest[key]] = found
     steps = history_steps(frame, versions)
     if not steps.empty:
         steps = steps.assign(
