@@ -313,6 +313,40 @@ def test_figure_numbers_every_significant_step_with_a_key_of_release_ranges():
     plt.close(fig)
 
 
+def test_figure_draws_the_paired_step_change_the_verdict_rests_on():
+    """Issue 26.2: the figure shows each step's paired ratio and its interval (what the
+    significance rests on), not absolute ns with unpaired intervals; a counted step's
+    instruction change beside it; a step that does not hold up is hollow."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from kvqueue.history import history_present
+
+    frames = _report_frames(-0.3, significant=True)
+    counts = pd.DataFrame(
+        [{"interpreter": "3.11", "case": "alloc1", "from_version": "vllm==0.1.0",
+          "to_version": "vllm==0.2.0", "instr_change": -0.25}]
+    )  # fmt: skip
+    fig = history_present.figure(frames.history, frames.history_steps, counts)
+    ax = fig.axes[0]
+    (point,) = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert np.allclose(point.get_ydata(), [0.7])  # 1 + change, not ns per cycle
+    (bar,) = [c for c in ax.collections if c.get_segments()]
+    (segment,) = bar.get_segments()
+    assert np.allclose(sorted(segment[:, 1]), [1 - 0.6, 1 - 0.15])  # 1 + [ci_low, ci_high]
+    (cross,) = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    assert np.allclose(cross.get_ydata(), [0.75])
+    assert point.get_markerfacecolor() == point.get_color()  # filled: significant
+    assert ax.get_yscale() == "log" and "-50%" in [t.get_text() for t in ax.get_yticklabels()]
+    plt.close(fig)
+    frames = _report_frames(-0.3, significant=False)
+    fig = history_present.figure(frames.history, frames.history_steps)
+    (point,) = [ln for ln in fig.axes[0].lines if ln.get_marker() == "o"]
+    assert point.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))
+    plt.close(fig)
+
+
 def test_note_says_when_the_run_shown_is_reduced():
     from kvqueue.history import history_present
 

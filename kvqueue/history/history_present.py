@@ -14,9 +14,9 @@ step's change in instructions per operation (:data:`CODE_COST_MIN` or more: a ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from kvqueue import plotstyle, schema
@@ -157,17 +157,23 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
 def figure(
     versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | None = None
 ) -> Figure:
-    """ns per cycle by version in release order, per interpreter (rows) and case
-    (columns), with CI error bars; significant steps numbered (the same number in every
-    panel), with a key of their release ranges under the panels.
+    """The paired change of every release step, what the verdict rests on: per host ×
+    interpreter (rows) and case (columns), each step's median per-process ratio
+    newer/older with its 95 % interval, in release order, on a log axis labelled in
+    percent; the instruction change of the same step where it was counted (×).
+
+    A step that holds up under the false-discovery control is filled and numbered (the
+    same number in every panel, a key of release ranges under the panels): red where
+    the instruction counts moved too (code cost), grey where only the time did; the
+    others are hollow. The absolute ns per cycle drawn before had unpaired intervals up
+    to 2x wide, so numbered steps sat on lines flat within their bars (issue 26).
 
     Parameters
     ----------
     versions, steps
         The processed ``history`` and ``history_steps`` tables.
     counts
-        The processed ``count_steps`` table: code-cost steps are numbered in red,
-        time-only steps in grey (:func:`step_kinds`).
+        The processed ``count_steps`` table (optional).
 
     Returns
     -------
@@ -179,14 +185,14 @@ def figure(
 
 def _figure(versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | None) -> Figure:
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     head = versions[versions["headline"].astype(bool)] if not versions.empty else versions
-    if head.empty:
+    shown = steps[steps["headline"].astype(bool)] if not steps.empty else steps
+    if head.empty or shown.empty:
         fig = Figure(figsize=(6, 3))
         ax = fig.subplots()
-        ax.set_xlabel("vLLM release (oldest → newest)")
-        ax.set_ylabel("ns per cycle")
+        ax.set_xlabel("vLLM release step (oldest → newest)")
+        ax.set_ylabel("change, newer vs older")
         ax.set_xticks([])
         ax.set_yticks([])
         ax.text(
@@ -198,114 +204,142 @@ def _figure(versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | 
             transform=ax.transAxes,
         )
         return fig
-    rows = sorted(head.groupby(["host", "interpreter"]).groups)
+    rows = sorted(shown.groupby(["host", "interpreter"]).groups)
     cells = sorted(
-        head.groupby(["case", "pool"]).groups, key=lambda c: (schema.case_rank(c[0]), c[1])
+        shown.groupby(["case", "pool"]).groups, key=lambda c: (schema.case_rank(c[0]), c[1])
     )
-    sig = _significant_steps(steps)
     # One number per significant release step, the same in every panel, explained in a
     # key under the panels: the release ranges written beside the points were 4.5 pt
     # vertical text, unreadable at 100 % (issue 18).
     numbers = step_numbers(steps, versions, counts)
     kinds = step_kinds(steps, counts)
+    instr = _instructions(counts)
+    order = {rr: i for i, rr in enumerate(_release_order(shown))}
+    # One y range for every panel: a step's height compares across cases and machines.
+    lows = (1 + shown[["ci_low", "ci_high"]].min(axis=1)).clip(lower=1e-3)
+    highs = 1 + shown[["ci_low", "ci_high"]].max(axis=1)
+    y_lo, y_hi = float(lows.min()) / 1.15, float(highs.max()) * 1.15
     key_rows = -(-len(numbers) // 3) if numbers else 0
-    fig = Figure(figsize=(4.2 * len(cells), 3.6 * len(rows) + 0.17 * key_rows + 0.4))
-    axes = fig.subplots(len(rows), len(cells), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(cells), 3.4 * len(rows) + 0.17 * key_rows + 0.5))
+    axes = fig.subplots(len(rows), len(cells), squeeze=False, sharey=True)
     for i, (host, interp) in enumerate(rows):
         for j, (case, pool) in enumerate(cells):
             ax = axes[i][j]
-            sub = head[
-                (head["host"] == host)
-                & (head["interpreter"] == interp)
-                & (head["case"] == case)
-                & (head["pool"] == pool)
-            ].sort_values("order")
-            x = np.arange(len(sub))
-            y = sub["ns"].to_numpy()
-            _versions_line(ax, sub.assign(_x=x))
-            ax.set_xticks(x)
-            ax.set_xticklabels(sub["first_release"], rotation=90, fontsize=7.5)
-            ax.set_xlabel("")
-            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
-            # Log scale: a step is the same height wherever it lies (0.9.2 is ~5x 0.32.0).
-            ax.set_yscale("log")
-            # Plain 1-2-5 labels ("2,000", not "2 × 10³"): read off without arithmetic.
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
-            pos = {v: k for k, v in enumerate(sub["version"])}
-            shown = sig[
-                (sig["host"] == host)
-                & (sig["interpreter"] == interp)
-                & (sig["case"] == case)
-                & (sig["pool"] == pool)
+            sub = shown[
+                (shown["host"] == host)
+                & (shown["interpreter"] == interp)
+                & (shown["case"] == case)
+                & (shown["pool"] == pool)
             ]
-            for r in shown.itertuples():
-                if r.to_version not in pos:
-                    continue
-                k = pos[r.to_version]
-                ax.annotate(
-                    str(numbers[r.release_range]),
-                    (k, y[k]),
-                    textcoords="offset points",
-                    xytext=(0, 9 if r.change > 0 else -9),
-                    ha="center",
-                    va="bottom" if r.change > 0 else "top",
-                    fontsize=8.5,
-                    fontweight="bold",
-                    color="tab:gray" if kinds.get(r.release_range) == TIME_ONLY else "tab:red",
-                )
-            if len(shown):
-                ax.margins(y=0.15)
+            sub = sub.assign(xpos=sub["release_range"].map(order)).sort_values("xpos")
+            _step_panel(ax, sub, kinds, numbers, instr)
+            ax.set_xticks(sorted(order.values()))
+            ax.set_xticklabels(
+                [_newer(rr) for rr in sorted(order, key=order.__getitem__)],
+                rotation=90,
+                fontsize=7.5,
+            )
+            ax.set_xlim(-0.6, len(order) - 0.4)
+            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
+            _percent_log_axis(ax, y_lo, y_hi)
+            ax.set_ylabel("newer vs older (log)" if j == 0 else "")
+    key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
+    legend = (
+        "Each step: median per-process ratio newer/older, 95 % interval; × its change in "
+        "instructions per operation. Filled and numbered: holds up under the false-discovery "
+        "control (red: the instruction counts moved too; grey: time only); hollow: not."
+    )
     if numbers:
         key = [
             f"{n}: {rr}" + (" (time only)" if kinds.get(rr) == TIME_ONLY else "")
             for rr, n in numbers.items()
         ]
-        per_col = key_rows
-        cols = ["\n".join(key[c * per_col : (c + 1) * per_col]) for c in range(3)]
-        key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
+        cols = ["\n".join(key[c * key_rows : (c + 1) * key_rows]) for c in range(3)]
         top = 0.01 + key_in / fig.get_figheight()
         for c, text in enumerate(cols):
             # Anchored at the top: a shorter last column starts level with the others.
             fig.text(0.02 + 0.32 * c, top, text, fontsize=9, va="top", ha="left")
-        fig.text(
-            0.02,
-            0.01 + (key_in + 0.08) / fig.get_figheight(),
-            "Numbered: steps that hold up under the false-discovery control (above the point: "
-            "slower; below: faster); red: the instruction counts moved too, grey: time only",
-            fontsize=9,
-            color="tab:red",
-        )
-        fig.tight_layout(rect=(0, (key_in + 0.35) / fig.get_figheight(), 1, 1))
-    else:
-        fig.tight_layout()
+    fig.text(0.02, 0.01 + (key_in + 0.08) / fig.get_figheight(), legend, fontsize=9)
+    fig.tight_layout(rect=(0, (key_in + 0.35) / fig.get_figheight(), 1, 1))
     return fig
 
 
-def _versions_line(ax: Axes, sub: pd.DataFrame) -> None:
-    """One panel's versions of :func:`figure`, in release order at ``_x``: their ns per
-    cycle joined, with the given intervals as error bars (a ``pointplot``).
+def _newer(release_range: str) -> str:
+    """The tick of a step: the first release of its newer version."""
+    return release_range.split(" → ")[-1].split(" (")[0]
 
-    ``pointplot`` makes one line per interval: the figure took 5.31 s against 5.02 s
-    with one ``errorbar`` per panel (draw and save, committed data, best of 6).
-    """
-    if sub.empty:
-        return
-    plotstyle.seaborn().pointplot(
-        data=plotstyle.given_intervals(sub, "ns", "ns_low", "ns_high"),
-        x="_x",
-        y="value",
-        order=list(sub["_x"]),
-        estimator=plotstyle.given_estimate,
-        errorbar=plotstyle.given_interval,
-        color=plotstyle.palette(1)[0],
-        markersize=3,
-        linewidth=1,
-        capsize=0.25,
-        ax=ax,
+
+def _instructions(counts: pd.DataFrame | None) -> dict[tuple[str, str, str, str], float]:
+    """(interpreter, from_version, to_version, case) -> the step's instruction change."""
+    instr: dict[tuple[str, str, str, str], float] = {}
+    if counts is not None and len(counts):
+        for c in counts.itertuples():
+            instr.setdefault((c.interpreter, c.from_version, c.to_version, c.case), c.instr_change)
+    return instr
+
+
+def _step_panel(
+    ax: Axes,
+    sub: pd.DataFrame,
+    kinds: Mapping[str, str],
+    numbers: Mapping[str, int],
+    instr: Mapping[tuple[str, str, str, str], float],
+) -> None:
+    """One panel of :func:`figure`: each step's ratio and interval at ``xpos``."""
+    ax.axhline(1.0, color="0.45", linewidth=0.8, zorder=1)
+    blue = plotstyle.palette(1)[0]
+    for r in sub.itertuples():
+        sig = bool(r.significant)
+        grey = kinds.get(r.release_range) == TIME_ONLY
+        colour = ("tab:gray" if grey else "tab:red") if sig else blue
+        mid = 1 + r.change
+        lo, hi = max(1 + min(r.ci_low, r.ci_high), 1e-3), 1 + max(r.ci_low, r.ci_high)
+        ax.errorbar(
+            [r.xpos],
+            [mid],
+            yerr=[[mid - lo], [hi - mid]],
+            fmt="o",
+            markersize=4.5,
+            color=colour,
+            markerfacecolor=colour if sig else "white",
+            elinewidth=1.1,
+            capsize=2,
+            zorder=3,
+        )
+        moved = instr.get((r.interpreter, r.from_version, r.to_version, r.case))
+        if moved is not None:
+            ax.plot([r.xpos], [1 + moved], "x", color="black", markersize=5, zorder=4)
+        if sig and r.release_range in numbers:
+            up = r.change > 0
+            ax.annotate(
+                str(numbers[r.release_range]),
+                (r.xpos, hi if up else lo),
+                textcoords="offset points",
+                xytext=(0, 3 if up else -3),
+                ha="center",
+                va="bottom" if up else "top",
+                fontsize=8.5,
+                fontweight="bold",
+                color=colour,
+            )
+
+
+def _percent_log_axis(ax: Axes, low: float, high: float) -> None:
+    """A log axis of ratios labelled as changes (0.5 -> "-50%"): a halving and a
+    doubling are the same height, and a reader reads percent without arithmetic."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    # 9 pt apart at least on a 3.4-inch panel spanning -85 % to +15 %: -10 % and +10 %
+    # overlapped 0.
+    ticks = [0.1, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0]
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if low <= t <= high]))
+    ax.yaxis.set_major_formatter(
+        FuncFormatter(lambda v, _pos: "0" if abs(v - 1) < 1e-9 else f"{v - 1:+.0%}")
     )
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _significant_steps(steps: pd.DataFrame) -> pd.DataFrame:

@@ -544,13 +544,14 @@ FIGURES: dict[str, FigureSpec] = {
         ("policy",),
     ),
     "history": FigureSpec(
-        "ns per cycle across vLLM releases",
-        "Line plot per interpreter (rows) and case (columns): median ns per cycle of each "
-        "distinct queue version, oldest to newest, labelled by the first release that "
-        "shipped it, with 95% intervals; steps that hold up under the false-discovery control "
-        "are numbered (above the point: slower; below: faster), in red where the instruction "
-        "counts moved too and in grey where only the time did, with a key of their release "
-        "ranges.",
+        "Each release step's change in time, paired",
+        "Per interpreter (rows) and case (columns): each step between two distinct queue "
+        "versions, oldest to newest, labelled by the first release of the newer one, as the "
+        "median per-process ratio newer/older with its 95% interval on a log axis in percent, "
+        "and (x) its change in instructions per operation where counted; steps that hold up "
+        "under the false-discovery control are filled and numbered, red where the "
+        "instruction counts moved too and grey where only the time did, with a key of their "
+        "release ranges.",
         lambda data: history_present.figure(data.history, data.history_steps, data.count_steps),
         ("history", "history_steps", "count_steps"),
     ),
