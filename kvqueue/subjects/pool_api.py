@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +115,10 @@ def _touch_takes_groups(annotation: Any) -> bool | None:
         text = annotation.replace(" ", "")
         if text.startswith(("tuple[list", "Tuple[List")):
             return True
-        return False if text.startswith(("Sequence[", "list[", "Iterable[")) else None
+        flat = text in ("list", "Sequence", "Iterable")
+        return False if flat or text.startswith(("Sequence[", "list[", "Iterable[")) else None
+    if annotation in (list, Sequence, Iterable):
+        return False
     origin = typing.get_origin(annotation)
     if origin is tuple:
         return True
