@@ -123,6 +123,10 @@ check-queue: $(STAMP) ## our queue's instructions per op vs data/reference (fail
 regress: $(STAMP) ## a change vs its base by instructions per op (BASE=git:REPO@main HEAD=git:REPO@mine): Markdown to post (OUT=file), exit 1 on a regression; needs valgrind
 	@$(VPY) -m kvqueue regress --from-env
 
+.PHONY: diffs
+diffs: $(STAMP) ## fetch the releases the history runs name (seconds, no timing), so `make report` shows each step's diff (RAW_DIR=...)
+	@$(VPY) -m kvqueue diffs --from-env
+
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 

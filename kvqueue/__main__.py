@@ -19,6 +19,8 @@
 ``regress``
     a change's instructions per operation against its base, Markdown to post, exit 1 on
     a regression (``make regress``);
+``diffs``
+    fetch the releases whose class text the history's step diffs show (``make diffs``);
 ``sync-notebooks``
     regenerate the notebooks' ``parameters`` cells from :mod:`kvqueue.params`;
 ``make-vars``
@@ -59,7 +61,7 @@ from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resol
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
-_MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue", "regress")
+_MAKE_TARGETS = ("bench", "quick", "history", "policy", "check-queue", "regress", "diffs")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -656,6 +658,40 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
 
 
+# ------------------------------------------------------------------ diffs
+
+
+def _add_diffs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diffs",
+        help="fetch the releases whose class text the history's step diffs show (seconds)",
+        description="Read every release that the history runs under RAW_DIR name into the "
+        "release cache, by the verified range reads of `make history`, without timing "
+        "anything; `make report` then shows each step's diff.",
+    )
+    _add_raw_dir(p)
+    _add_from_env(p, "diffs", "RAW_DIR")
+    p.set_defaults(func=_cmd_diffs)
+
+
+@_one_line_errors("diffs")
+def _cmd_diffs(args: argparse.Namespace) -> None:
+    from kvqueue.history import history_collect
+    from kvqueue.rawdata import raw_reader
+    from kvqueue.sources.fetch_errors import FetchError
+
+    raw_dir = _raw_dir(args)
+    try:
+        history_collect.fetch_history_releases(raw_dir)
+    except raw_reader.RawDataError as exc:
+        raise BenchInputError(str(exc)) from None
+    except FetchError as exc:
+        raise BenchError(
+            f"{exc} (the diffs need the package index that pip is configured with; the "
+            "releases fetched so far stay cached)"
+        ) from None
+
+
 # ------------------------------------------------------------------ sync-notebooks, make-vars
 
 
@@ -682,7 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="python -m kvqueue",
         description="kvqueue-bench: validate, bench, quick, history, policy, check-queue, "
-        "regress, report, sync-notebooks, make-vars (`python -m kvqueue COMMAND --help` for each).",
+        "regress, report, diffs, sync-notebooks, make-vars (`python -m kvqueue COMMAND --help` "
+        "for each).",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_validate(sub)
@@ -693,6 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check_queue(sub)
     _add_regress(sub)
     _add_report(sub)
+    _add_diffs(sub)
     p = sub.add_parser("sync-notebooks", help="regenerate the notebooks' parameters cells")
     p.set_defaults(func=_cmd_sync_notebooks)
     p = sub.add_parser(

@@ -35,12 +35,15 @@ COMMANDS = (
     "check-queue",
     "regress",
     "report",
+    "diffs",
     "sync-notebooks",
     "make-vars",
 )
 #: Make targets that pass variables to their command (``--from-env``) and whose recipe
 #: runs the command alone (``report`` is a file rule: it is left out where a target runs).
-VAR_TARGETS = ("validate", "bench", "quick", "history", "policy", "check-queue", "regress")
+VAR_TARGETS = (
+    "validate", "bench", "quick", "history", "policy", "check-queue", "regress", "diffs",
+)  # fmt: skip
 #: A text that Make, or a shell, would change if it evaluated it.
 UNEVALUATED = "$(shell echo evaluated) `echo run` 'q' \"d\" $$HOME $HOME"
 
@@ -219,7 +222,11 @@ def test_make_passes_each_value_as_typed_and_only_as_kvqueue(target: str, tmp_pa
     # PYTHON runs (validate's recipe) and RAW_DIR is the report rule's too: plain texts.
     plain = {"PYTHON": str(show), command_params.RAW_DIR: str(tmp_path / "raw")}
     given = {v: plain.get(v, UNEVALUATED) for v in cli.reads(target)}
-    first = next(v for v in cli.reads(target) if v not in ("PYTHON", command_params.RAW_DIR))
+    # One variable from the environment (diffs reads RAW_DIR alone: it comes from there).
+    first = next(
+        (v for v in cli.reads(target) if v not in ("PYTHON", command_params.RAW_DIR)),
+        command_params.RAW_DIR,
+    )
     env = {"PATH": os.environ["PATH"], first: given[first]}
     proc = run_make(
         target, f"VPY={show}", *(f"{v}={given[v]}" for v in given if v != first), env=env
@@ -337,6 +344,7 @@ def test_from_env_reads_exactly_the_declared_variables(
     monkeypatch.setattr(queue_check, "check", stop)
     monkeypatch.setattr(history_collect, "run_history", stop)
     monkeypatch.setattr(policy_checks, "check", stop)
+    monkeypatch.setattr(history_collect, "fetch_history_releases", stop)
     environ = _Recording({k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})
     environ[ENV_PREFIX + "HOST"] = "h"
     environ[ENV_PREFIX + "BASE"] = environ[ENV_PREFIX + "HEAD"] = "kvqueue"  # regress's

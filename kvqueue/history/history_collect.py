@@ -31,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ from kvqueue.errors import BenchInputError
 from kvqueue.history import history_sizing
 from kvqueue.measure import counts_run, interpreter_checks, runner
 from kvqueue.params.bench_params import BenchParams
-from kvqueue.sources import loader
+from kvqueue.rawdata import raw_reader
+from kvqueue.sources import cache_paths, loader
 from kvqueue.sources.fetch_errors import FetchError, ModuleMissing, NoReadableWheel
 from kvqueue.sources.package_index import IndexFile, list_releases
 from kvqueue.sources.release_cache import MEMBER
@@ -347,3 +349,53 @@ def run_history(
         sizing_targets=history_sizing.sizing_targets,
     )
     return runner.run_bench(checked, raw_dir, run_id, kind=kind)
+
+
+# ------------------------------------------------------------------ make diffs
+def history_releases(raw_dir: Path | str) -> list[str]:
+    """One release per distinct version of every history run (timed or counted) under
+    ``raw_dir``, oldest first: the releases whose text the step diffs show (the
+    releases of one version share it).
+
+    Raises
+    ------
+    kvqueue.rawdata.raw_reader.RawDataError
+        The raw folder is missing.
+    """
+    # Only run.json is needed (the versions a run timed or counted): no samples are
+    # parsed, and a run of any status names its releases.
+    first: dict[str, str] = {}
+    for run_dir in raw_reader.run_dirs(raw_dir):
+        try:
+            meta = raw_reader.read_run_json(run_dir / schema.RUN_JSON)
+        except raw_reader.RawDataError:
+            continue  # the report names it; it has no diff to show
+        for version in (meta.get(schema.HISTORY_KEY) or {}).get("versions", []):
+            if version.get("releases"):
+                first.setdefault(str(version["label"]), str(version["releases"][0]))
+    return sorted(set(first.values()), key=version_key)
+
+
+def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = print) -> int:
+    """Fetch into the release cache every release :func:`history_releases` names that is
+    not cached yet (each checked against its wheel's RECORD); return how many were
+    fetched.
+
+    Raises
+    ------
+    kvqueue.sources.fetch_errors.FetchError
+        A release could not be read (offline: the index pip is configured with is
+        unreachable), with its one-line reason.
+    """
+    releases = history_releases(raw_dir)
+    missing = [r for r in releases if not cache_paths.cached_path(r).is_file()]
+    started = time.perf_counter()
+    for k, release in enumerate(missing, 1):
+        fetch_release(release)
+        say(f"diffs: {release} cached ({k}/{len(missing)})")
+    say(
+        f"diffs: {len(releases)} releases of the history runs in {raw_dir} are cached "
+        f"({len(missing)} fetched, {time.perf_counter() - started:.1f} s); `make report` "
+        "shows their diffs"
+    )
+    return len(missing)

@@ -111,6 +111,7 @@ READS: dict[str, Reads] = {
     "check-queue": Reads(tuple(check_queue_params.check_queue_fields())),
     # Its own fields, then the bench fields a count of two sources shares.
     "regress": Reads(tuple(regression_params.regress_fields()), regression_params.REGRESS_DEFAULTS),
+    "diffs": Reads(extra=(RAW_DIR,)),
     "sync-notebooks": Reads(),
     "make-vars": Reads(),
 }

@@ -1,0 +1,79 @@
+"""`make diffs`: the releases whose class text the history's step diffs show, fetched
+without a timing job (issue 26.2: on a fresh machine every diff read "release not cached
+here; `make history` fetches it", a 17-minute timing job). Fast: the fetch is a stand-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvqueue import __main__ as cli
+from kvqueue.history import history_collect
+from kvqueue.sources import cache_paths
+from kvqueue.sources.fetch_errors import IndexUnreachable
+
+RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
+
+
+#: A committed history run, whose run.json the fixtures copy with other versions.
+_HISTORY_JSON = next(
+    p for p in sorted(RAW.glob("*/*/run.json")) if '"question": "history"' in p.read_text()
+)
+
+
+def _history_run(raw: Path, name: str, versions: list[dict]) -> None:
+    """A run folder whose run.json is a committed history run's with ``versions``."""
+    meta = json.loads(_HISTORY_JSON.read_text())
+    meta["history"]["versions"] = versions
+    run = raw / "h" / name
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps(meta))
+
+
+def test_the_committed_history_names_one_release_per_distinct_version() -> None:
+    releases = history_collect.history_releases(RAW)
+    assert len(releases) == 17 and releases[0] == "0.6.4" and releases[-1] == "0.32.0"
+
+
+def test_only_missing_releases_are_fetched_and_an_offline_fetch_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    raw = tmp_path / "raw"
+    _history_run(
+        raw,
+        "r1",
+        [{"label": "vllm==0.2.0", "releases": ["0.2.0", "0.2.1"]},
+         {"label": "mine", "releases": []},
+         {"label": "vllm==0.1.0", "releases": ["0.1.0"]}],
+    )  # fmt: skip
+    fetched: list[str] = []
+
+    def fake_fetch(version: str) -> Path:
+        fetched.append(version)
+        path = cache_paths.cached_path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("class KVCacheBlock:\n    pass\n")
+        return path
+
+    monkeypatch.setattr(history_collect, "fetch_release", fake_fetch)
+    assert cli.main(["diffs", "--raw-dir", str(raw)]) == 0
+    assert fetched == ["0.1.0", "0.2.0"]  # oldest first, one per version, not "mine"
+    assert "2 releases of the history runs" in capsys.readouterr().out
+    assert cli.main(["diffs", "--raw-dir", str(raw)]) == 0
+    assert fetched == ["0.1.0", "0.2.0"]  # cached: nothing fetched again
+
+    def offline(version: str) -> Path:
+        raise IndexUnreachable(f"vLLM {version}: the package index is unreachable")
+
+    _history_run(raw, "r2", [{"label": "vllm==0.3.0", "releases": ["0.3.0"]}])
+    monkeypatch.setattr(history_collect, "fetch_release", offline)
+    capsys.readouterr()
+    assert cli.main(["diffs", "--raw-dir", str(raw)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("make diffs: vLLM 0.3.0: the package index is unreachable")
+    assert "package index that pip is configured with" in line
