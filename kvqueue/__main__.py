@@ -242,8 +242,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         args.block_mode = bench.block_mode
         args.ops = bench.gate_ops
         args.sizes = tuple(sorted({schema.MIN_POOL, *bench.pools}))
+        args.subject = bench.subject
     if not sources:
         raise BenchInputError("give at least one SOURCE (or --from-env)")
+    if args.subject == schema.SUBJECT_POOL:
+        return _validate_pools(sources, args)
     try:
         variants = loader.load_variants(
             sources, block_source=block_source or None, block_mode=args.block_mode
@@ -277,6 +280,45 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             if result.error:
                 print("      " + result.error.replace("\n", "\n      "))
     failed = [r.label for r in results if not r.ok]
+    if failed and not args.json:
+        print(f"refused: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _validate_pools(sources: list[str], args: argparse.Namespace) -> int:
+    """``validate --subject pool``: the pool gate (:mod:`kvqueue.gate.pool_gate`) of
+    every pool source against the first, at ``--sizes``."""
+    import json
+
+    from kvqueue import schema
+    from kvqueue.gate import pool_gate
+    from kvqueue.sources import pool_loader
+
+    labels = schema.variant_labels(sources, schema.POOL_LABEL_PREFIX)
+    try:
+        variants = [
+            pool_loader.load_pool(s, label) for s, label in zip(sources, labels, strict=True)
+        ]
+    except pool_loader.PoolSourceError as exc:
+        raise BenchInputError(str(exc)) from None
+    records = pool_gate.gate_records(variants, args.sizes)
+    if args.json:
+        print(
+            json.dumps(
+                {"seed": pool_gate.DEFAULT_SEED, "sizes": list(args.sizes), "results": records}
+            )
+        )
+    else:
+        print(f"pool gate: baseline {labels[0]}, under {sys.executable} ({sys.version.split()[0]})")
+        for r in records:
+            named = f", named differences {', '.join(r['differences'])}" if r["differences"] else ""
+            print(
+                f"  {'PASS' if r['ok'] else 'FAIL'} {r['label']}: {r['ops_checked']:,} calls at "
+                f"{' '.join(map(str, args.sizes))} blocks{named}"
+            )
+            if r["error"]:
+                print("      " + r["error"])
+    failed = [r["label"] for r in records if not r["ok"]]
     if failed and not args.json:
         print(f"refused: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -331,6 +373,13 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         default=size_check.DEFAULT_SIZES,
         help="queue sizes of the timed-size model check, space or comma separated "
         f"(default {' '.join(map(str, size_check.DEFAULT_SIZES))})",
+    )
+    p.add_argument(
+        "--subject",
+        choices=("queue", "pool"),
+        default="queue",
+        help="queue: the queue gate; pool: the sources are BlockPool sources, gated call by "
+        "call against the first (kvqueue.gate.pool_gate)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _add_from_env(

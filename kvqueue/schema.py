@@ -143,6 +143,16 @@ RUN_KEYS_V2 = (
 
 CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")
 CONFIRM_CASES = ("alloc1", "alloc2", "remove")
+#: What a run measures (``parameters.subject``): vLLM's free-block queue, or its
+#: ``BlockPool`` (the allocation path that drives the queue).
+SUBJECT_QUEUE, SUBJECT_POOL = "queue", "pool"
+SUBJECTS = (SUBJECT_QUEUE, SUBJECT_POOL)
+#: The pool subject's cases (:mod:`kvqueue.subjects.pool_cases`): vLLM's own benchmark
+#: loop at its five sizes, and a prefix-caching churn of whole requests.
+POOL_CASES = ("loop10", "loop50", "loop100", "loop500", "loop1000", "churn")
+POOL_CONFIRM_CASES = ("loop100", "churn")
+#: Every case of either subject, in table order (a samples.csv holds cases of these).
+ALL_CASES = (*CASES, *POOL_CASES)
 POOLS = (2048, 100_000)
 #: Smallest pool a bench accepts and the gate checks: ``alloc32`` pops 32 blocks, and
 #: ``remove`` needs interior blocks.
@@ -229,14 +239,19 @@ def split_name(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-def variant_labels(sources: list[str]) -> list[str]:
-    """Return unique labels: the ``NAME=`` of a named source, else the source string; a
-    source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
+#: What a pool variant's label starts with: a pool of ``vllm==0.33.0`` and that
+#: release's queue are two subjects, never one comparison in the report.
+POOL_LABEL_PREFIX = "pool:"
+
+
+def variant_labels(sources: list[str], prefix: str = "") -> list[str]:
+    """Return unique labels: ``prefix`` and the ``NAME=`` of a named source, else the
+    source string; a source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""
     seen: dict[str, int] = {}
     labels = []
     for text in sources:
         name, source = split_name(text)
-        label = name or source
+        label = prefix + (name or source)
         seen[label] = seen.get(label, 0) + 1
         labels.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
     return labels
@@ -268,11 +283,11 @@ def format_sample_float(value: float) -> str:
 
 
 def case_rank(case: str) -> int:
-    """Position of ``case`` in :data:`CASES` (unknown cases sort after all known ones)."""
+    """Position of ``case`` in :data:`ALL_CASES` (unknown cases sort after all known ones)."""
     try:
-        return CASES.index(case)
+        return ALL_CASES.index(case)
     except ValueError:
-        return len(CASES)
+        return len(ALL_CASES)
 
 
 def case_key(case: str) -> tuple[int, str]:

@@ -78,6 +78,14 @@ AA_ONLY = "A/A only (noise floor)"
 #: ``make bench``).
 FULL_POOLS = schema.POOLS
 FULL_CASES = schema.CASES
+#: The cases of the full protocol of the pool subject (``parameters.subject`` pool).
+FULL_POOL_CASES = schema.POOL_CASES
+
+
+def subject_of(run: raw_reader.Run) -> str:
+    """What a run measured: :data:`kvqueue.schema.SUBJECT_QUEUE` (runs recorded before
+    the field existed) or :data:`~kvqueue.schema.SUBJECT_POOL`."""
+    return str((run.meta.get("parameters") or {}).get("subject") or schema.SUBJECT_QUEUE)
 
 
 def protocol(run: raw_reader.Run) -> str:
@@ -109,7 +117,8 @@ def protocol(run: raw_reader.Run) -> str:
     cases = params.get("cases") if isinstance(params.get("cases"), list) else []
     if not set(FULL_POOLS) <= set(pools):
         short.append(f"pools {' '.join(map(str, pools)) or 'none'} only")
-    if not set(FULL_CASES) <= set(cases):
+    full_cases = FULL_POOL_CASES if subject_of(run) == schema.SUBJECT_POOL else FULL_CASES
+    if not set(full_cases) <= set(cases):
         short.append(f"cases {' '.join(map(str, cases)) or 'none'} only")
     return f"reduced ({'; '.join(short)})" if short else FULL
 
@@ -118,8 +127,9 @@ def _reduced(text: str) -> bool:
     return text.startswith("reduced")
 
 
-def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str], raw_reader.Run]:
-    """The headline run of each host x interpreter: ``{(host key, interpreter): run}``.
+def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str, str], raw_reader.Run]:
+    """The headline run of each host x interpreter x subject: ``{(host key, interpreter,
+    subject): run}`` (a pool run never stands in for a queue run, nor the reverse).
 
     Rule: among the *included* runs (complete, not altered), the newest run of the full
     protocol (:func:`protocol`) per host x interpreter. A host x interpreter without any
@@ -134,13 +144,13 @@ def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str], raw_reader.R
     ``label#2``, so that the newer CPU's run never stands in for the older CPU's.
     """
     keys, _ = host_cpus(raw)
-    best: dict[tuple[str, str], tuple[bool, tuple[float, str], raw_reader.Run]] = {}
+    best: dict[tuple[str, str, str], tuple[bool, tuple[float, str], raw_reader.Run]] = {}
     for run in raw.included:
         kind = protocol(run)
         if kind != FULL and not _reduced(kind):
             continue
         rank = (kind == FULL, _recency(run))
-        key = (keys[run.host, run.run_id], run.interpreter)
+        key = (keys[run.host, run.run_id], run.interpreter, subject_of(run))
         if key not in best or rank > best[key][:2]:
             best[key] = (*rank, run)
     return {key: value[2] for key, value in best.items()}
@@ -389,7 +399,9 @@ def runs_table(
             for label in labels:
                 host_warnings[label] = "; ".join(w for w in (host_warnings.get(label), note) if w)
     full_keys = {
-        (host_keys[r.host, r.run_id], r.interpreter) for r in raw.included if protocol(r) == FULL
+        (host_keys[r.host, r.run_id], r.interpreter, subject_of(r))
+        for r in raw.included
+        if protocol(r) == FULL
     }
     digests = release_digests(raw)
     rows = []
@@ -399,7 +411,7 @@ def runs_table(
         planned = m.get("processes_planned") or {}
         completed = m.get("processes_completed") or {}
         info = m.get("process_info") or []
-        key = (host_keys[run.host, run.run_id], run.interpreter)
+        key = (host_keys[run.host, run.run_id], run.interpreter, subject_of(run))
         headline = heads.get(key) is run
         kind = protocol(run)
         note = _note(run, kind, headline, key in full_keys)

@@ -42,7 +42,14 @@ CASE_TITLES = {
     "alloc32": "32-block allocation/free (alloc32)",
     "popappend": "popleft/append (popappend)",
     "remove": "Remove/append of cached blocks (remove)",
+    **{
+        f"loop{n}": f"BlockPool: get_new_blocks({n}) + free_blocks (loop{n})"
+        for n in (10, 50, 100, 500, 1000)
+    },
+    "churn": "BlockPool: one request's allocation path under prefix caching (churn)",
 }
+#: The cases a pool comparison shows: every pool case (vLLM's loop at its five sizes).
+POOL_HEADLINE_CASES = schema.POOL_CASES
 CASE_CYCLES = {
     "alloc1": "one cycle = `blocks = q.popleft_n(1); q.append_n(blocks)`",
     "alloc2": "one cycle = `blocks = q.popleft_n(2); q.append_n(blocks)`",
@@ -54,6 +61,18 @@ CASE_CYCLES = {
     ),
     "popappend": "one cycle = `q.append(q.popleft())`",
     "remove": "one cycle = `q.remove(b); q.append(b)` for a cached block from the interior",
+    **{
+        f"loop{n}": (
+            f"one round of vLLM's own benchmark loop = `blocks = pool.get_new_blocks({n}); "
+            "pool.free_blocks(blocks)`; times are ns per round"
+        )
+        for n in (10, 50, 100, 500, 1000)
+    },
+    "churn": (
+        "one request finished (its blocks freed, last first) and one admitted (prefix looked "
+        "up with `get_cached_block`, hits `touch`-ed, the rest from `get_new_blocks`, which "
+        "evicts, full blocks cached); times are ns per request"
+    ),
 }
 
 

@@ -667,3 +667,34 @@ def check_pools(
             line = f"FAIL {variant.label}: {res.error}"
             raise GateRefused(line, failure=line)
     return results
+
+
+def gate_records(
+    variants: Sequence[PoolVariant], sizes: Sequence[int], seed: int = DEFAULT_SEED
+) -> list[dict[str, Any]]:
+    """``python -m kvqueue validate --subject pool --json``'s results: one record per
+    pool, in the queue gate's shape where the fields mean the same (``ops_checked`` is
+    the calls compared, ``sha256`` :attr:`PoolVariant.sha256`, ``provenance`` the pool's),
+    every pool checked (not stopped at the first refusal), the baseline against a fresh
+    copy of itself."""
+    out = []
+    for k, variant in enumerate(variants):
+        res = pool_gate(variants[0], variant, sizes, seed)
+        out.append(
+            {
+                "subject": "pool",
+                "label": variant.label,
+                "ok": res.ok,
+                "ops_checked": res.calls,
+                "invalid_compared": 0,
+                "sha256": variant.sha256,
+                "seconds": round(res.seconds, 3),
+                "error": res.error,
+                "role": "baseline" if k == 0 else "candidate",
+                "sizes": list(res.sizes) if res.ok else [],
+                "differences": list(res.differences),
+                "exempt": list(res.exempt),
+                "provenance": variant.provenance(),
+            }
+        )
+    return out

@@ -51,8 +51,8 @@ from typing import Any, TextIO
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.kernel import remove_dead_entries, stop_signals
-from kvqueue.measure import child
-from kvqueue.subjects import queue_cases
+from kvqueue.measure import child, timing_worker
+from kvqueue.subjects import pool_cases, queue_cases
 
 #: Operations each cell is warmed up by before anything is counted: CPython 3.11+
 #: specializes a function's bytecode after a few executions; 2,000 operations cover it.
@@ -121,9 +121,16 @@ def interpreter_binary(python: str) -> str:
     return proc.stdout.strip()
 
 
-def target_loops(case: str, pool: int, target_ops: int = TARGET_OPS) -> int:
-    """Loops of a target run: at least ``target_ops`` operations (at least 1 loop)."""
-    return max(1, -(-target_ops // queue_cases.ops_per_loop(case, pool)))
+def target_loops(
+    case: str, pool: int, target_ops: int | None = None, subject: str = "queue"
+) -> int:
+    """Loops of a target run: at least ``target_ops`` operations (at least 1 loop);
+    by default :data:`TARGET_OPS` of a queue case, or the pool case's own
+    (:func:`kvqueue.subjects.pool_cases.target_ops`)."""
+    if subject == schema.SUBJECT_POOL:
+        ops = target_ops or pool_cases.target_ops(case)
+        return max(1, -(-ops // pool_cases.ops_per_loop(case, pool)))
+    return max(1, -(-(target_ops or TARGET_OPS) // queue_cases.ops_per_loop(case, pool)))
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,9 @@ class Job:
 ALL_CASES = "*"
 
 
-def plan(labels: Sequence[str], cases: Sequence[str], pools: Sequence[int]) -> list[Job]:
+def plan(
+    labels: Sequence[str], cases: Sequence[str], pools: Sequence[int], subject: str = "queue"
+) -> list[Job]:
     """Every run of a count: per pool and label one zero run that warms every case up,
     and one target run per case (the same, plus the case's loops); the first zero run is
     made twice (``zero2``), to show the count's resolution.
@@ -158,7 +167,8 @@ def plan(labels: Sequence[str], cases: Sequence[str], pools: Sequence[int]) -> l
             if len(jobs) == 1:
                 jobs.append(Job(ALL_CASES, pool, "zero2", label))
             for case in cases:
-                jobs.append(Job(case, pool, "target", label, target_loops(case, pool)))
+                loops = target_loops(case, pool, subject=subject)
+                jobs.append(Job(case, pool, "target", label, loops))
     return jobs
 
 
@@ -298,7 +308,8 @@ def count(
     """
     out = progress or sys.stderr
     binary = interpreter_binary(python)
-    todo = plan(base_spec["labels"], base_spec["cases"], base_spec["pools"])
+    subject = base_spec.get("subject", "queue")
+    todo = plan(base_spec["labels"], base_spec["cases"], base_spec["pools"], subject)
     width = jobs or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     rows: list[dict[str, Any]] = []
     running: list[tuple[Job, subprocess.Popen, Path, float]] = []
@@ -348,7 +359,7 @@ def count(
                         "loops": job.loops,
                         "per_loop": 0
                         if job.run != "target"
-                        else queue_cases.ops_per_loop(job.case, job.pool),
+                        else timing_worker.ops_per_loop(base_spec, job.case, job.pool),
                         **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
                     }
                     rows.append(row)

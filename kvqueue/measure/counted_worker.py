@@ -39,12 +39,17 @@ from typing import Any
 
 from kvqueue.measure import child, timing_worker
 from kvqueue.sources import loader
-from kvqueue.subjects import queue_cases
+from kvqueue.subjects import pool_cases
 
 
-def warm_loops(case: str, pool: int, warmup_ops: int) -> int:
-    """Loops of ``case`` that cover at least ``warmup_ops`` operations (at least 1)."""
-    per_loop = queue_cases.ops_per_loop(case, pool)
+def warm_loops(case: str, pool: int, warmup_ops: int, spec: dict[str, Any] | None = None) -> int:
+    """Loops of ``case`` that cover at least ``warmup_ops`` operations (at least 1); a
+    pool case (``spec``'s subject) is warmed up by its own count
+    (:func:`kvqueue.subjects.pool_cases.warmup_ops`)."""
+    spec = spec or {}
+    if timing_worker.is_pool(spec):
+        warmup_ops = pool_cases.warmup_ops(case)
+    per_loop = timing_worker.ops_per_loop(spec, case, pool)
     return max(1, -(-warmup_ops // per_loop))
 
 
@@ -61,13 +66,13 @@ def run_counted(spec: dict[str, Any]) -> None:
         ``null`` or ``[label, case, pool, loops]``.
     """
     rng = random.Random(spec["seed"])
-    layout = timing_worker.Layout(spec, rng)
+    layout = timing_worker.new_layout(spec, rng)
     gc.collect()
     gc.disable()
     for case in spec["cases"]:
         for pool in spec["pools"]:
             runners = layout.runners[(case, pool)]
-            loops = warm_loops(case, pool, int(spec["warmup_ops"]))
+            loops = warm_loops(case, pool, int(spec["warmup_ops"]), spec)
             for label in spec["labels"]:
                 layout.pools[pool].timed(runners, label, loops)
     target = spec.get("target")

@@ -55,7 +55,13 @@ SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
 
 def bench_sizing_targets(record: Mapping[str, Any]) -> SizingTargets:
     """What a bench run is sized for: :data:`~kvqueue.params.DEFAULT_PAIRS` on the
-    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`), whatever ``record``."""
+    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`); a pool run
+    (``parameters.subject`` pool), every candidate against its baseline on every case."""
+    params = record.get("parameters") or {}
+    if params.get("subject") == schema.SUBJECT_POOL:
+        labels = [str(v["label"]) for v in record.get("variants") or []]
+        pairs = tuple((label, labels[0]) for label in labels[1:])
+        return pairs, tuple(params.get("cases") or ())
     return DEFAULT_PAIRS, process_sizing.HEADLINE_CASES
 
 
@@ -173,6 +179,8 @@ def run_gate(
         cmd += ["--block-mode", params.block_mode]
     if invalid != "refuse":
         cmd += ["--invalid-ops", invalid]
+    if params.subject != schema.SUBJECT_QUEUE:
+        cmd += ["--subject", params.subject]
     timeout = GATE_SECONDS_BASE + GATE_SECONDS_PER_VARIANT * len(params.sources)
     proc = run_child(
         [*cmd, *params.sources], input_text=None, timeout=timeout, what="the validation gate"
@@ -186,12 +194,20 @@ def run_gate(
     for result in report["results"]:
         status = "PASS" if result["ok"] else "FAIL"
         sized = result.get("size_ops_checked", 0)
-        summary = (
-            f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
-            f"{result['invalid_compared']} invalid ops, "
-            f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
-            f"sha256 {result['sha256'][:16]}"
-        )
+        if result.get("subject") == schema.SUBJECT_POOL:
+            named = ", ".join(result.get("differences") or ()) or "none"
+            summary = (
+                f"gate {status} {result['label']}: {result['ops_checked']:,} calls compared "
+                f"at {' '.join(map(str, result.get('sizes') or [])) or 'no size passed'} "
+                f"blocks, named differences: {named}, sha256 {result['sha256'][:16]}"
+            )
+        else:
+            summary = (
+                f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
+                f"{result['invalid_compared']} invalid ops, "
+                f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
+                f"sha256 {result['sha256'][:16]}"
+            )
         lines.append(summary)
         lines += [f"    note: {note}" for note in result.get("skipped") or ()]
         lines += [f"    differs (recorded): {d}" for d in result.get("invalid_differs") or ()]
@@ -497,6 +513,7 @@ def worker_spec(
         "cases": cases,
         "pools": list(params.pools),
         "block_mode": params.block_mode,
+        "subject": params.subject,
         "seed": seed,
         "case_seed": params.seed,
     }

@@ -28,9 +28,9 @@ import time
 from functools import partial
 from typing import Any
 
-from kvqueue.measure import child
+from kvqueue.measure import child, pool_layout
 from kvqueue.sources import loader
-from kvqueue.subjects import queue_cases
+from kvqueue.subjects import pool_cases, queue_cases
 
 #: Heap padding of this process (:func:`heap_padding`): objects allocated only to shift
 #: where the next hot objects land, kept alive on purpose until the process ends. Every
@@ -359,6 +359,31 @@ class Layout:
                 self.runners[(case, pool)] = runners
 
 
+def is_pool(spec: dict[str, Any]) -> bool:
+    """Whether the spec times the pool subject (vLLM's ``BlockPool``), not the queue."""
+    return spec.get("subject", "queue") == "pool"
+
+
+def ops_per_loop(spec: dict[str, Any], case: str, pool: int) -> int:
+    """Operations per loop of ``case`` in the spec's subject."""
+    if is_pool(spec):
+        return pool_cases.ops_per_loop(case, pool)
+    return queue_cases.ops_per_loop(case, pool)
+
+
+def new_layout(spec: dict[str, Any], rng: random.Random, previous: Any = None) -> Any:
+    """The next layout of a process: a :class:`Layout` of queues (reusing ``previous``'s
+    blocks unless the spec rebuilds its pools), or a whole new pool-subject layout
+    (:class:`kvqueue.measure.pool_layout.PoolLayout`: a pool's blocks are its own)."""
+    if is_pool(spec):
+        return pool_layout.PoolLayout(spec, rng, lambda: LAYOUT_PADDING.append(heap_padding(rng)))
+    if previous is None or bool(spec.get("epoch_pools", False)):
+        return Layout(spec, rng)
+    return Layout(
+        spec, rng, block=previous.block, pools=previous.pools, own_blocks=previous.own_blocks
+    )
+
+
 def epoch_rounds(samples: int, epochs: int) -> list[range]:
     """Split the sample rounds ``0 .. samples-1`` into ``epochs`` consecutive ranges."""
     epochs = max(1, min(epochs, samples))
@@ -405,15 +430,10 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         for epoch, epoch_samples in enumerate(rounds):
             t0 = time.perf_counter()
-            if layout is None:
-                layout = Layout(spec, rng)
-            elif rebuild_pools:
-                layout = None  # let the old objects go before the new ones are made
-                layout = Layout(spec, rng)
-            else:
-                layout = Layout(
-                    spec, rng, block=layout.block, pools=layout.pools, own_blocks=layout.own_blocks
-                )
+            previous = layout
+            if rebuild_pools or is_pool(spec):
+                layout = previous = None  # the old objects go before the new ones are made
+            layout = new_layout(spec, rng, previous)
             # One collection per layout, not per cell: with 100,000-block pools a
             # collection costs ~30 ms, and per cell it doubled the cost of 9 epochs.
             gc.collect()
@@ -424,7 +444,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
                 for pool in spec["pools"]:
                     shared = layout.pools[pool]
                     runners = layout.runners[(case, pool)]
-                    per_loop = queue_cases.ops_per_loop(case, pool)
+                    per_loop = ops_per_loop(spec, case, pool)
                     key = f"{case}/{pool}"
                     if key not in loops_used:  # calibrated once, on the first layout
                         # On every label, in a shuffled order, and the median taken: a

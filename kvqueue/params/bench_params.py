@@ -114,6 +114,12 @@ class BenchParams:
         "with METRIC instructions: simulate caches (L1/LL misses, estimated cycles; ~2x slower)",
         "bool",
     )
+    subject: str = param(
+        schema.SUBJECT_QUEUE,
+        "SUBJECT",
+        "what is measured: queue (FreeKVCacheBlockQueue) | pool (vLLM's BlockPool; VARIANTS "
+        "are pool sources: a release, a git ref or a file, with an optional queue swap)",
+    )
 
     @property
     def sources(self) -> list[str]:
@@ -122,8 +128,10 @@ class BenchParams:
 
     @property
     def labels(self) -> list[str]:
-        """Unique variant labels (the A/A copy is ``SOURCE#2``)."""
-        return schema.variant_labels(self.sources)
+        """Unique variant labels (the A/A copy is ``SOURCE#2``; a pool's starts with
+        :data:`kvqueue.schema.POOL_LABEL_PREFIX`)."""
+        pool = self.subject == schema.SUBJECT_POOL
+        return schema.variant_labels(self.sources, schema.POOL_LABEL_PREFIX if pool else "")
 
     def record(self) -> dict[str, Any]:
         """JSON-ready copy for ``run.json`` and the notebook (tuples become lists)."""
@@ -138,6 +146,7 @@ LEGACY_RECORD_VALUES: dict[str, Any] = {
     "block_mode": "shared",
     "metric": "time",
     "cache_sim": False,
+    "subject": schema.SUBJECT_QUEUE,
 }
 #: Fields that a reproduce command writes from elsewhere (host label, executable, sources).
 _NOT_ASSIGNED = ("host", "python", "variants")
@@ -184,6 +193,15 @@ QUICK_LOOP_DEFAULTS: dict[str, Any] = {
     "gate_ops": 10_000,
     "precision": 0.0,
 }
+
+
+#: What SUBJECT=pool changes, unless a value was given explicitly: the pool's cases
+#: (and, in ``make quick``, two of them: one round of vLLM's loop, one request).
+POOL_OVERRIDES: dict[str, Any] = {
+    "cases": schema.POOL_CASES,
+    "confirm_cases": schema.POOL_CONFIRM_CASES,
+}
+QUICK_POOL_CASES = ("loop100", "churn")
 
 
 def bench_fields() -> list[Any]:
@@ -245,6 +263,8 @@ def make_params(**given: Any) -> BenchParams:
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
     if values.get("quick"):
         values = {**QUICK_OVERRIDES, **values}
+    if values.get("subject") == schema.SUBJECT_POOL:
+        values = {**POOL_OVERRIDES, **values}
     try:
         params = BenchParams(**values)
     except TypeError as exc:
@@ -368,17 +388,31 @@ def check_counts(p: BenchParams) -> None:
 
 
 def check_cases(p: BenchParams) -> None:
-    """Refuse unknown, repeated or empty case lists."""
+    """Refuse an unknown subject; unknown, repeated or empty case lists (the subject's
+    cases); a block option with the pool subject (each ``BlockPool`` uses its own
+    release's block class). A pool too small for a pool case is refused with the
+    sources (:func:`kvqueue.measure.interpreter_checks.check_sources`)."""
+    if p.subject not in schema.SUBJECTS:
+        raise BenchInputError(
+            f"subject must be one of {' | '.join(schema.SUBJECTS)}, got {p.subject!r}"
+        )
+    known = schema.POOL_CASES if p.subject == schema.SUBJECT_POOL else schema.CASES
     for name in ("cases", "confirm_cases"):
         chosen = getattr(p, name)
-        unknown = [c for c in chosen if c not in schema.CASES]
+        unknown = [c for c in chosen if c not in known]
         if unknown:
             raise BenchInputError(
-                f"unknown case(s) {', '.join(unknown)}: choose from {' '.join(schema.CASES)}"
+                f"unknown case(s) {', '.join(unknown)} of subject {p.subject}: choose from "
+                f"{' '.join(known)}"
             )
         no_duplicates(name, chosen)
     if not p.cases:
         raise BenchInputError("cases is empty")
+    if p.subject == schema.SUBJECT_POOL and (p.block_source or p.block_mode != "shared"):
+        raise BenchInputError(
+            "block_source and block_mode are the queue's: a BlockPool uses its own "
+            "release's KVCacheBlock"
+        )
 
 
 def check_variant_texts(p: BenchParams) -> None:

@@ -167,7 +167,10 @@ def read_samples(path: Path | str, meta: dict[str, Any]) -> pd.DataFrame:
 
     checks: list[tuple[str, np.ndarray]] = [
         (f"phase not in {list(schema.PHASES)}", ~out["phase"].isin(schema.PHASES).to_numpy()),
-        (f"case not in {list(schema.CASES)}", ~out["case"].isin(schema.CASES).to_numpy()),
+        (
+            f"case not in {list(schema.ALL_CASES)}",
+            ~out["case"].isin(schema.ALL_CASES).to_numpy(),
+        ),
         (
             "variant is not listed in run.json",
             ~out["variant"].isin([v["label"] for v in meta["variants"]]).to_numpy(),

@@ -35,7 +35,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from kvqueue import plotstyle, schema
 from kvqueue.ab import ab_analysis
-from kvqueue.ab.ab_tables import HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES, POOL_HEADLINE_CASES
 from kvqueue.formatting import ci_header, fmt_pool
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
@@ -510,6 +510,15 @@ FIGURES: dict[str, FigureSpec] = {
         "floor, where measured), one colour per interpreter and one marker per host; the "
         "grey band is the no-change band.",
         lambda data: forest(data, cases=HEADLINE_CASES),
+        ("summary",),
+    ),
+    "forest_pool": FigureSpec(
+        "Forest plot of vLLM's BlockPool",
+        "Forest plot: time reduction in percent with its confidence interval for every "
+        "pool case (vLLM's own benchmark loop at five sizes, and a prefix-caching churn of "
+        "requests) at each pool size, one panel per comparison of pools, one colour per "
+        "interpreter and one marker per host.",
+        lambda data: forest(data, cases=POOL_HEADLINE_CASES),
         ("summary",),
     ),
     "forest_all": FigureSpec(

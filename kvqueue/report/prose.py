@@ -83,16 +83,48 @@ def _gate_sentence(data: store.Processed, heads: pd.DataFrame) -> str:
     v = data.variants.merge(heads[["host", "run_id"]], on=["host", "run_id"])
     passed = v["gate_ok"].fillna(False).astype(bool)
     if len(v) and passed.all():
+        pools = v["label"].astype(str).str.startswith(schema.POOL_LABEL_PREFIX)
         ops = v["gate_ops_checked"].dropna()
         ops_text = f" ({int(ops.min()):,} or more checked operations each)" if len(ops) else ""
+        what = []
+        if not pools.all():
+            what.append(
+                "a seeded differential check against a list model plus an invalid-operation "
+                "comparison with the baseline"
+            )
+        if pools.any():
+            what.append(
+                ("for the pools, " if not pools.all() else "")
+                + "a seeded script of allocations, cache hits with touch, frees in eviction "
+                "order, eviction by exhaustion and resets run on every pool and the baseline "
+                "pool in lockstep, every call's result and the whole pool state compared, "
+                "with the pool's invariants checked after every call"
+            )
         return (
             f"Every variant of every headline run ({len(v)} in all) passed the validation "
-            f"gate{ops_text}: a seeded "
-            "differential check against a list model plus an invalid-operation comparison "
-            "with the baseline, run before anything was timed."
+            f"gate{ops_text}: {'; '.join(what)}, run before anything was timed."
         )
     missing = ", ".join(sorted(set(v.loc[~passed, "label"])))
     return f"The run metadata records no passed validation gate for: {missing}."
+
+
+def _block_sentence(heads: pd.DataFrame, blocks: str) -> str:
+    """What the variants of the headline runs shared: one block class (the queue
+    subject), or nothing (each pool is its release's whole allocation path)."""
+    pools = heads["baseline"].astype(str).str.startswith(schema.POOL_LABEL_PREFIX)
+    out = []
+    if not pools.all():
+        out.append(
+            f"All variants of a {'queue ' if pools.any() else ''}run shared one "
+            f"`KVCacheBlock` class (from {blocks}), so only the queue code differs."
+        )
+    if pools.any():
+        out.append(
+            "Each pool variant is vLLM's whole `BlockPool` of its source with that source's "
+            "own `KVCacheBlock` and `FreeKVCacheBlockQueue` (a `+queue=` variant: the queue "
+            "named), loaded without torch; events off, no metrics collector."
+        )
+    return " ".join(out)
 
 
 def methods_paragraph(data: store.Processed) -> str:
@@ -136,8 +168,7 @@ def methods_paragraph(data: store.Processed) -> str:
             "with the data). "
         )
         + " ".join(designs),
-        f"All variants of a run shared one `KVCacheBlock` class (from {blocks}), so only "
-        f"the queue code differs. {_gate_sentence(data, heads)}",
+        _block_sentence(heads, blocks) + " " + _gate_sentence(data, heads),
         (
             "For each process p we take the median ns per cycle m(p) of its samples and the "
             "paired ratio r(p) = m_candidate(p) / m_baseline(p). The reduction is "

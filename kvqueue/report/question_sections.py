@@ -60,7 +60,12 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
         return []
     if question.kind == questions.HISTORY and question.data.history.empty:
         return []  # a history only counted: its steps are a list and a table
-    return list(_FIGURES[question.kind])
+    return [forest_name(question) if n == "forest" else n for n in _FIGURES[question.kind]]
+
+
+def forest_name(question: Question) -> str:
+    """The forest figure of an A/B question: the pool subject's for a pool comparison."""
+    return "forest_pool" if question.is_pool else "forest"
 
 
 def draw(
@@ -68,7 +73,7 @@ def draw(
 ) -> Path:
     """Draw one figure of the question into ``folder`` (or copy it from the figure
     ``cache``: :func:`kvqueue.report.figures.cached`) and return the PNG's path."""
-    if name == "forest":
+    if name in ("forest", "forest_pool"):
         shown = cases_shown(question.data, cases)
         key = figures.figure_key(question.data, name, ("summary",), extra=repr(shown))
         draw_forest = lambda: figures.forest(question.data, cases=shown)  # noqa: E731
@@ -165,7 +170,12 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
                 ),
                 table=summary,
             ),
-            Section("forest", figures.FIGURES["forest"].title, level=3, figure="forest"),
+            Section(
+                "forest",
+                figures.FIGURES[forest_name(question)].title,
+                level=3,
+                figure=forest_name(question),
+            ),
             Section(
                 "results",
                 "Results per host × interpreter",

@@ -66,6 +66,11 @@ class Question:
     pair: tuple[str, str] | None = None
 
     @property
+    def is_pool(self) -> bool:
+        """Whether it compares ``BlockPool``s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`)."""
+        return self.pair is not None and self.pair[0].startswith(schema.POOL_LABEL_PREFIX)
+
+    @property
     def hosts(self) -> int:
         """Hosts whose runs answer the question (the writeup's size budget grows with them)."""
         if self.kind == AB:

@@ -22,7 +22,12 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.ab import ab_tables, count_tables, validation_tables
-from kvqueue.ab.ab_tables import CASE_CYCLES, CASE_TITLES, HEADLINE_CASES
+from kvqueue.ab.ab_tables import (
+    CASE_CYCLES,
+    CASE_TITLES,
+    HEADLINE_CASES,
+    POOL_HEADLINE_CASES,
+)
 from kvqueue.formatting import ci_header
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
@@ -257,8 +262,26 @@ def build(data: store.Processed) -> list[Section]:
             fold=True,
             detail=True,
         ),
-        Section("validation", "Validation", note=prose.validation_paragraph(data)),
     ]
+    pool = ab_tables.summary_table(data, POOL_HEADLINE_CASES)
+    if not pool.empty:
+        out.append(
+            Section(
+                "pool",
+                "vLLM's BlockPool",
+                note=(
+                    "The allocation path as the KV-cache manager drives it: whole "
+                    "`BlockPool`s of each source (labels `pool:...`; `+queue=` runs a pool "
+                    "with another queue), gated call by call against the baseline pool. "
+                    + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in POOL_HEADLINE_CASES)
+                    + "."
+                ),
+                table=pool,
+                table_label="BlockPool summary",
+                figure="forest_pool",
+            )
+        )
+    out.append(Section("validation", "Validation", note=prose.validation_paragraph(data)))
     aa = validation_tables.aa_table(data)
     out.append(
         Section(
@@ -351,7 +374,11 @@ def build(data: store.Processed) -> list[Section]:
                 writeup=False,
             )
         )
-    others = [c for c in ab_tables.present_cases(data, "main") if c not in HEADLINE_CASES]
+    others = [
+        c
+        for c in ab_tables.present_cases(data, "main")
+        if c not in HEADLINE_CASES and c not in POOL_HEADLINE_CASES
+    ]
     if others:
         table = ab_tables.results_table(data, others)
         out.append(

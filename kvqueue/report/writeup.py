@@ -16,7 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvqueue.ab.ab_tables import HEADLINE_CASES
+from kvqueue import schema
+from kvqueue.ab.ab_tables import HEADLINE_CASES, POOL_HEADLINE_CASES
 from kvqueue.processed import store
 from kvqueue.report import figures, frames, question_sections, questions
 from kvqueue.report.questions import Question
@@ -173,7 +174,9 @@ def write_writeups(
     only = {kind: sum(q.kind == kind for q in found) == 1 for kind in _KINDS}
     cache = Path(out_dir) / figures.CACHE_FOLDER
     paths = []
+    asked = cases
     for q in found:
+        cases = question_cases(q, asked)
         files: dict[str, Path] = {}
         if draw:
             fig_dir = folder / q.slug
@@ -193,8 +196,19 @@ def write_writeups(
     # they were built with cases other than the default (the Makefile then rebuilds).
     (folder / INDEX).write_text("".join(f"{p.name}\n" for p in paths), encoding="utf-8")
     stamp = folder / CASES_STAMP
-    if tuple(cases) == tuple(HEADLINE_CASES):
+    if tuple(asked) == tuple(HEADLINE_CASES):
         stamp.unlink(missing_ok=True)
     else:
-        stamp.write_text(" ".join(cases) + "\n", encoding="utf-8")
+        stamp.write_text(" ".join(asked) + "\n", encoding="utf-8")
     return paths
+
+
+def question_cases(question: Question, cases: Sequence[str]) -> tuple[str, ...]:
+    """The cases of a question's A/B tables: ``cases`` (``CASES`` of the report), or for a
+    comparison of pools (labels starting with :data:`kvqueue.schema.POOL_LABEL_PREFIX`)
+    the pool cases among them, every pool case by default (a reader sets vLLM's loop at
+    all five sizes beside upstream's numbers)."""
+    if not question.is_pool:
+        return tuple(cases)
+    chosen = tuple(c for c in cases if c in schema.POOL_CASES)
+    return chosen or POOL_HEADLINE_CASES

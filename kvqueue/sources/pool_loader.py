@@ -42,6 +42,7 @@ import __future__
 
 import ast
 import hashlib
+import json
 import subprocess
 import sys
 import traceback
@@ -139,6 +140,16 @@ class PoolVariant:
     placeholders: tuple[str, ...] = ()
     queue_calls: tuple[str, ...] = field(default=())
 
+    @property
+    def sha256(self) -> str:
+        """One digest of everything the pool runs: each member's sha256 and the swapped
+        queue class's (what the gate checked and the workers compare before timing)."""
+        parts = {
+            **{k: v or "" for k, v in self.texts.sha256s().items()},
+            "queue": "" if self.queue is None else self.queue.queue_src.sha256,
+        }
+        return _sha(json.dumps(parts, sort_keys=True))
+
     def provenance(self) -> dict[str, Any]:
         """Return a JSON-ready record of where this pool's code came from."""
         return {
@@ -149,6 +160,14 @@ class PoolVariant:
             "utils_path": self.texts.utils_path,
             "metrics_path": self.texts.metrics_path,
             "member_sha256": self.texts.sha256s(),
+            "sha256": self.sha256,
+            # The fields every variant's record has, as the report reads them: the class
+            # is the pool (its digest covers every member and a swapped queue); the file
+            # is the release's kv_cache_utils.py, which a queue run of the same release
+            # records too, so one release check covers both subjects.
+            "class_name": POOL_CLASS,
+            "class_sha256": self.sha256,
+            "file_sha256": _sha(self.texts.utils_text),
             "queue_source": None if self.queue is None else self.queue.source,
             "queue_class_sha256": None if self.queue is None else self.queue.queue_src.sha256,
             "utils_names": list(self.utils_names),

@@ -196,7 +196,7 @@ class PoolAPI:
         if "block_hashes" in self.cache_params:
             kwargs["block_hashes"] = request.block_hashes
         if "hash_fn" in self.cache_params:
-            kwargs["hash_fn"] = _no_hash_fn
+            kwargs["hash_fn"] = no_hash_fn
         pool.cache_full_blocks(**kwargs)
 
     def touch(self, pool: Any, blocks: Sequence[Any]) -> None:
@@ -223,7 +223,7 @@ class PoolAPI:
         return out
 
 
-def _no_hash_fn(*args: Any) -> Any:
+def no_hash_fn(*args: Any) -> Any:
     """The ``hash_fn`` passed to 0.10.0's ``cache_full_blocks``: never called, since
     every block's hash is passed in ``block_hashes``."""
     raise AssertionError("hash_fn called: a block hash was missing from block_hashes")
