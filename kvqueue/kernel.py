@@ -158,7 +158,9 @@ def quiet_kernel_manager_class() -> type:
     - No interrupt on shutdown: jupyter_client sends SIGINT to a kernel it shuts down,
       and an idle kernel then logs "KeyboardInterrupt caught in kernel." after a
       successful run. The kernel is asked to shut down (and killed if it does not).
-    - Its temp files (IPC sockets, connection file) are named after this process
+    - Its standard error goes to a log beside its connection file, removed with it:
+      ipykernel logs a traceback to it when it is torn down by a stop.
+    - Its temp files (IPC sockets, connection file, log) are named after this process
       (:data:`KERNEL_PREFIX`), so that those a ``kill -9`` left are removed by the
       next kernel started (:func:`remove_dead_entries`).
     """
@@ -180,6 +182,22 @@ def quiet_kernel_manager_class() -> type:
             if self.shutting_down:
                 return
             await super()._async_interrupt_kernel()
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            # The kernel's own standard error (ipykernel's log, never a cell's output,
+            # which comes over its sockets) goes to a file beside its connection file: a
+            # Ctrl-C of the report printed ipykernel's 20-line "ZMQError: Socket operation
+            # on non-socket" traceback as the kernel was torn down (3 of 5 tries).
+            self.kernel_log = Path(self.connection_file).with_suffix(".log")
+            with open(self.kernel_log, "ab") as log:  # the child keeps its own copy
+                kw["stderr"] = log
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+
+        def cleanup_connection_file(self) -> None:
+            super().cleanup_connection_file()
+            log = getattr(self, "kernel_log", None)
+            if log is not None:
+                log.unlink(missing_ok=True)
 
     return QuietKernelManager
 

@@ -403,9 +403,12 @@ def _forked_copies(tmp: Path) -> list[int]:
     return [p for p in _processes_naming(tmp) if b"kvqueue\0report" in _cmdline(p)]
 
 
-def _report_in_its_notebook_stage(tmp: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    """Start ``kvqueue report`` on the tiny fixture; return once its kernel runs (the
-    writeups are drawn beside it by then); the process and the report folder."""
+def _report_in_its_notebook_stage(
+    tmp: Path, tmp_path: Path, session: bool = False
+) -> tuple[subprocess.Popen, Path]:
+    """Start ``kvqueue report`` on the tiny fixture (in a session of its own with
+    ``session``, as a login shell's job is); return once its kernel runs (the writeups
+    are drawn beside it by then); the process and the report folder."""
     raw = tmp_path / "raw"
     write_fixture(raw, tiny=True)
     out = tmp_path / "reports"
@@ -418,6 +421,7 @@ def _report_in_its_notebook_stage(tmp: Path, tmp_path: Path) -> tuple[subprocess
             stdout=sink,
             stderr=sink,
             preexec_fn=_default_sigint,
+            start_new_session=session,
         )
     _wait_for(proc, "the report's kernel", lambda: _kernel_running(tmp), timeout=300)
     time.sleep(0.5)
@@ -447,6 +451,38 @@ def test_a_stop_in_the_reports_notebook_stage_leaves_nothing_behind(
     assert tree(tmp) == []
     assert not [p for p in out.iterdir() if p.suffix == ".ipynb"], sorted(out.iterdir())
     assert not list(out.rglob("*.tmp"))
+
+
+@needs_linux
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_of_the_reports_whole_process_group_ends_it_cleanly(
+    folders: tuple[Path, Path], tmp_path: Path, signum: int
+) -> None:
+    """Issue 28.4: an ssh drop signals the whole process group, the writeups' forked
+    worker included. With a multiprocessing.Pool the killed worker held the task
+    queue's lock and the report hung forever (4 of 4 tries); the kernel's teardown
+    printed ipykernel's traceback. The previous build's notebook goes too: the
+    processed tables it showed were rewritten."""
+    tmp, _ = folders
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report.ipynb").write_text("{}\n")  # the previous build's
+    proc, out = _report_in_its_notebook_stage(tmp, tmp_path, session=True)
+    try:
+        os.killpg(proc.pid, signum)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    shown = (tmp_path / "output.txt").read_text()
+    assert code == 128 + signum, shown
+    assert "Traceback" not in shown and "ZMQError" not in shown, shown
+    (removed,) = [ln for ln in shown.splitlines() if "removed the previous" in ln]
+    assert "report.ipynb" in removed, shown
+    assert not _none_left(tmp, within=3), "a kernel or a writeup worker outlived the report"
+    assert tree(tmp) == []
+    assert not [p for p in out.iterdir() if p.suffix == ".ipynb"], sorted(out.iterdir())
 
 
 @needs_linux

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from kvqueue.kernel import managed_kernels, remove_dead_entries, stop_signals
 from kvqueue.params.report_params import ReportSettings
@@ -195,7 +196,9 @@ def report(
     KeyboardInterrupt
         Ctrl-C, SIGTERM or SIGHUP (:class:`kvqueue.kernel.Stopped`): the workers and
         the kernel are stopped, their temp files and the half-executed notebook
-        removed; the previous ``report.ipynb`` stays as it was.
+        removed; once the processed tables were rewritten, the previous build's
+        ``report.html``, writeups and ``report.ipynb`` are removed too (one line says
+        so): they showed other runs.
     """
     # SIGTERM and SIGHUP take Ctrl-C's path: without it they left the kernel's files,
     # a drawing worker and a half-executed report.ipynb behind.
@@ -242,25 +245,30 @@ def _report(
         _drop_stale(out)
         return 2
     now = stage(f"processed tables of {len(data.ledger)} run folders{scope}", started)
-    status = 1
+    status, stopped = 1, True
     try:
         status = _render(processed_dir, out, settings, notebook, cases, raw_dir, stage, now)
+        stopped = False
     finally:
         if status:
-            _drop_stale(out)
+            # A failed notebook is this build's, and its line names it: it stays.
+            _drop_stale(out, notebook=stopped)
     print(f"report: done in {time.perf_counter() - started:.1f} s")
     return status
 
 
-def _drop_stale(out: Path) -> None:
-    """Remove the previous build's report.html and writeups once the processed tables
-    were rewritten and this build did not finish: they showed other runs. A failed
-    report left them beside tables they no longer matched, with nothing to say so."""
-    stale = [p for p in (out / "report.html", out / writeup.WRITEUPS) if p.exists()]
+def _drop_stale(out: Path, notebook: bool = False) -> None:
+    """Remove the previous build's report.html and writeups (and, with ``notebook``, its
+    report.ipynb) once the processed tables were rewritten and this build did not
+    finish: they showed other runs. A failed report left them beside tables they no
+    longer matched, with nothing to say so."""
+    kept = [out / "report.html", out / writeup.WRITEUPS]
+    stale = [p for p in (*kept, *([out / "report.ipynb"] if notebook else [])) if p.exists()]
     for path in stale:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if stale:
-        names = " and ".join(p.name for p in stale)
+        names = ", ".join(p.name for p in stale[:-1]) + (" and " if len(stale) > 1 else "")
+        names += stale[-1].name
         print(
             f"kvqueue report: removed the previous {names}: data/processed now holds "
             "this build's tables, which they do not show",
@@ -323,7 +331,7 @@ def _render(
 def _execute_into(notebook: Path, executed: Path, parameters: dict[str, object]) -> None:
     """:func:`execute_notebook` into a partial file beside ``executed``, renamed to it
     when the notebook ends, failed or not (a failure names it); on Ctrl-C, SIGTERM or
-    SIGHUP the partial file is removed and ``executed`` keeps the previous build's.
+    SIGHUP the partial file is removed (and :func:`_drop_stale` the previous build's).
 
     papermill rewrites its output after every cell, so an interruption left a
     half-executed ``report.ipynb`` beside the previous build's HTML.
@@ -360,7 +368,7 @@ def _beside(
     A forked process where :func:`kvqueue.report.processed_build.can_fork`, else a thread. A
     process has its own GIL: in a thread, the drawing slowed this process's papermill
     import and kernel start (the kernel drew its first figure 5.4 s after it was
-    started, against 3.5 s). It ignores Ctrl-C and is terminated instead, at once; it
+    started, against 3.5 s). It ignores Ctrl-C and is killed instead, at once; it
     dies with this process (:func:`kvqueue.report.run_cache.ignore_interrupts`).
 
     Its scratch folder (``kvq-ahead-<pid>-*``, the PNGs drawn ahead) is made and removed
@@ -374,32 +382,63 @@ def _beside(
     scratch = Path(tempfile.mkdtemp(prefix=f"{_AHEAD_PREFIX}{os.getpid()}-"))
     try:
         if run_cache.can_fork():
+            # One process and a pipe, not a multiprocessing.Pool: SIGTERM to the whole
+            # process group (an ssh drop) killed the pool's idle worker while it held the
+            # task queue's lock, and Pool.terminate() then waited for that lock forever
+            # (4 of 4 tries hung). Here the parent takes no lock the child may hold.
             context = multiprocessing.get_context("fork")
-            pool = context.Pool(1, initializer=run_cache.ignore_interrupts)
-            pending = pool.apply_async(_beside_the_kernel, (processed_dir, out, cases, scratch))
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(
+                target=_beside_process,
+                args=(send, processed_dir, out, cases, scratch),
+                name="writeups",
+                daemon=True,
+            )
+            worker.start()
+            send.close()
             fetched: list[bool] = []
 
             def result() -> list[Path]:
-                paths = pending.get()
+                try:
+                    ok, value = receive.recv()
+                except EOFError:
+                    raise RuntimeError(
+                        f"the writeups' process ended without an answer (exit {worker.exitcode})"
+                    ) from None
                 fetched.append(True)
-                return paths
+                if not ok:
+                    raise value
+                return value
 
             try:
                 yield result
             finally:
-                if fetched:
-                    pool.close()
-                else:  # left before its result was wanted: stopped, not waited for
-                    pool.terminate()
+                if not fetched:  # left before its result was wanted: stopped, not waited for
+                    worker.kill()
                     for partial in (out / figures.CACHE_FOLDER).glob(".*.tmp"):
                         partial.unlink(missing_ok=True)  # a figure it was writing
-                pool.join()
+                worker.join()
+                receive.close()
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="writeups") as threads:
                 future = threads.submit(_beside_the_kernel, processed_dir, out, cases, scratch)
                 yield future.result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _beside_process(
+    send: Any, processed_dir: Path, out: Path, cases: Sequence[str], scratch: Path
+) -> None:
+    """The forked process of :func:`_beside`: :func:`_beside_the_kernel`, its result (or
+    its exception) sent back through ``send``; Ctrl-C is the parent's to act on."""
+    run_cache.ignore_interrupts()
+    try:
+        answer: tuple[bool, Any] = (True, _beside_the_kernel(processed_dir, out, cases, scratch))
+    except Exception as exc:  # re-raised in the parent
+        answer = (False, exc)
+    send.send(answer)
+    send.close()
 
 
 def _beside_the_kernel(
