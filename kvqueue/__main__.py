@@ -160,8 +160,21 @@ def _raw_dir(args: argparse.Namespace) -> Path:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise BenchInputError(f"RAW_DIR '{text}' is under a file ({existing})")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BenchInputError(f"RAW_DIR '{text}': {existing} is not writable")
+    if existing == path:
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BenchInputError(f"RAW_DIR '{text}' is not writable")
+        return path
+    # To be made: make a folder where it would go and remove it. Permissions alone do
+    # not tell (root may write anywhere, yet /proc takes no folder: a bench then failed
+    # in mkdir after its gate). Never inside RAW_DIR itself: its mtime is the report's.
+    import tempfile
+
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".kvqueue-probe-").cleanup()
+    except OSError as exc:
+        raise BenchInputError(
+            f"RAW_DIR '{text}': no folder can be made in {existing} ({exc.strerror})"
+        ) from None
     return path
 
 
@@ -171,9 +184,27 @@ def _raw_dir_text(args: argparse.Namespace) -> str:
     return "" if str(text) == RAW_DIR_DEFAULT else str(text)
 
 
-def _announce(command: str, texts: dict[str, str | None], **extra: str) -> str:
-    """The line a measuring command prints once its input is checked."""
-    return f"{_prefix(command)}: {not_defaults(command, texts, **extra)}"
+def _announce(
+    command: str, texts: dict[str, str | None], raw_dir: Path | None = None, **extra: str
+) -> str:
+    """The line a measuring command prints once its input is checked; with ``raw_dir``,
+    a note when it holds a host folder whose name differs from HOST only in case
+    (``HOST=x`` and ``HOST=X`` are two hosts to the report: most likely one machine)."""
+    line = f"{_prefix(command)}: {not_defaults(command, texts, **extra)}"
+    host = texts.get("host") or ""
+    if raw_dir is not None and host and raw_dir.is_dir():
+        twins = sorted(
+            d.name
+            for d in raw_dir.iterdir()
+            if d.is_dir() and d.name != host and d.name.casefold() == host.casefold()
+        )
+        if twins:
+            line += (
+                f"\n{_prefix(command)}: note: {raw_dir} holds host {', '.join(twins)}, which "
+                f"differs from HOST {host} only in case: one machine? The report keeps the "
+                "two labels apart"
+            )
+    return line
 
 
 def _prefix(command: str) -> str:
@@ -423,7 +454,8 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     # The one place input is checked.
     texts = _texts(args, "bench")
     checked = interpreter_checks.check(
-        bench_params.from_text(texts), _announce("bench", texts, RAW_DIR=_raw_dir_text(args))
+        bench_params.from_text(texts),
+        _announce("bench", texts, raw_dir, RAW_DIR=_raw_dir_text(args)),
     )
     if checked.params.metric == "instructions":
         # Counts are deterministic and need no notebook of timing processes.
@@ -587,6 +619,7 @@ def _cmd_history(args: argparse.Namespace) -> None:
         announce=_announce(
             "history",
             texts,
+            raw_dir,
             RELEASES=releases_text,
             NEWEST=newest_text,
             RAW_DIR=_raw_dir_text(args),
@@ -621,6 +654,17 @@ def _cmd_policy(args: argparse.Namespace) -> None:
     from kvqueue.subjects.stand_in_block import KVCacheBlock
 
     texts = _texts(args, "policy")
+    unread = policy_params.unread_with_a_trace(texts)
+    if unread:
+        what = (
+            "TRACE replays its own workload"
+            if texts.get("trace")
+            else ("TRACE_OUT writes a workload's events and runs nothing")
+        )
+        raise BenchInputError(
+            f"{what}: {', '.join(unread)} would not be used; leave "
+            f"{'it' if len(unread) == 1 else 'them'} out"
+        )
     raw_dir = _raw_dir(args)
     given = policy_params.from_text(texts)
     if given.trace_out:
@@ -645,7 +689,7 @@ def _cmd_policy(args: argparse.Namespace) -> None:
         return
     checked, info = policy_checks.check(given)
     run_id = schema.new_run_id(info["tag"], schema.KIND_POLICY)
-    announce = _announce("policy", texts, RAW_DIR=_raw_dir_text(args))
+    announce = _announce("policy", texts, raw_dir, RAW_DIR=_raw_dir_text(args))
     policy_collect.run_policy(checked, info, raw_dir, run_id, announce=announce)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -128,15 +129,26 @@ def die_with(parent: int, every: float = 0.5) -> None:
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
-def remove_dead_entries(prefix: str) -> None:
-    """Remove the temp folder's ``<prefix><pid>-*`` entries of processes that are gone.
+#: Every temp entry of this project is ``<prefix><pid>-...``, its prefix one of these
+#: words (``kvqueue-counts-``, ``kvqueue-bench-``, ``kvqueue-kernel-``, ``kvq-ahead-``).
+_OUR_TEMP = re.compile(r"^(?:kvqueue|kvq)-[a-z]+-(\d+)-")
+
+
+def remove_dead_entries(prefix: str = "") -> None:
+    """Remove the temp folder's ``<prefix><pid>-*`` entries of processes that are gone
+    (``prefix`` empty: every entry of this project's, :data:`_OUR_TEMP`).
 
     What a ``kill -9`` left behind (nothing else runs to remove it): the next command
-    removes it. An entry of a live process, or of another user's, stays.
+    removes it; every measuring command removes every kind (a counts run's were left
+    until the next counts run). An entry of a live process, or of another user's, stays.
     """
     folder = Path(tempfile.gettempdir())
-    for entry in folder.glob(f"{prefix}*-*"):
-        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
+    for entry in folder.glob(f"{prefix}*-*" if prefix else "kv*-*-*"):
+        if prefix:
+            pid_text = entry.name[len(prefix) :].split("-", 1)[0]
+        else:
+            found = _OUR_TEMP.match(entry.name)
+            pid_text = found.group(1) if found else ""
         if not pid_text.isdigit():
             continue
         try:

@@ -280,7 +280,7 @@ def test_an_unwritable_release_cache_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["bench", "policy", "history"])
-@pytest.mark.parametrize("where", ["file", "under a file"])
+@pytest.mark.parametrize("where", ["file", "under a file", "where no folder can be made"])
 def test_a_raw_dir_that_is_a_file_is_refused_before_the_gate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, where: str
 ) -> None:
@@ -290,10 +290,34 @@ def test_a_raw_dir_that_is_a_file_is_refused_before_the_gate(
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
-    raw = blocker if where == "file" else blocker / "raw"
+    raw = {"file": blocker, "under a file": blocker / "raw"}.get(where, Path("/proc/kvq-raw"))
     code = cli.main([command, "--host", "h", "--raw-dir", str(raw)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
-    assert len(err) == 1 and err[0].startswith(f"make {command}: RAW_DIR '{raw}' is "), err
+    assert len(err) == 1 and err[0].startswith(f"make {command}: RAW_DIR '{raw}'"), err
+    assert ("no folder can be made" in err[0]) == (where == "where no folder can be made")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     assert blocker.read_text() == "not a folder\n"
+
+
+def test_taking_the_machine_lock_removes_what_any_killed_command_left(tmp_path: Path) -> None:
+    """Issue 28.4: a kill -9 of a counts run left its kvqueue-counts-* folder until the
+    next counts run; now every measuring command removes every kind (a dead pid's)."""
+    import tempfile
+
+    dead = 2**22 + 12345  # above the kernel's pid_max default: never alive
+    folder = Path(tempfile.gettempdir())
+    left = [folder / f"{p}{dead}-x" for p in ("kvqueue-counts-", "kvqueue-bench-", "kvq-ahead-")]
+    for path in left:
+        path.mkdir()
+    kernel = folder / f"kvqueue-kernel-{dead}-0123.json"
+    kernel.write_text("{}")
+    alive = folder / f"kvqueue-counts-{os.getpid()}-mine"
+    alive.mkdir()
+    try:
+        with machine_lock.hold("a test"):
+            pass
+        assert not any(p.exists() for p in (*left, kernel))
+        assert alive.exists()  # a live process's entry stays
+    finally:
+        alive.rmdir()

@@ -463,3 +463,13 @@ def test_a_run_names_the_parameters_not_at_their_defaults_once_its_input_is_chec
     with pytest.raises(BenchInputError):
         interpreter_checks.check(bench_params.make_params(python="/no/such/python"), "shown")
     assert "shown" not in capsys.readouterr().err
+
+
+def test_a_host_that_differs_only_in_case_from_a_folder_is_noted(tmp_path: Path) -> None:
+    """Issue 28.7: HOST=Probe beside a committed probe/ went ahead unflagged."""
+    (tmp_path / "probe").mkdir()
+    line = cli._announce("bench", {"host": "Probe"}, tmp_path)
+    first, note = line.splitlines()
+    assert first == "make bench: parameters not at their defaults: HOST=Probe"
+    assert note.startswith(f"make bench: note: {tmp_path} holds host probe, which differs")
+    assert cli._announce("bench", {"host": "probe"}, tmp_path).count("\n") == 0

@@ -415,3 +415,20 @@ def test_a_check_names_the_parameters_not_at_their_defaults_before_counting(
         f"make check-queue: parameters not at their defaults: PYTHONS={sys.executable} "
         f"REFERENCE={ref}"
     )
+
+
+def test_the_advice_for_a_build_without_an_entry_names_this_reference_and_queue(
+    tmp_path: Path, counter: FakeCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Followed as printed, the advice recorded kvqueue into the committed reference:
+    it named neither REFERENCE nor QUEUE."""
+    first = _fake_python(tmp_path, "py312", "3.12.1")
+    second = _fake_python(tmp_path, "py313", "3.13.0")
+    ref = tmp_path / "r.json"
+    queue = _our_queue_file(tmp_path)
+    _record(ref, first, queue=queue)
+    capsys.readouterr()
+    args = ["--pythons", f"{first} {second}", "--reference", str(ref), "--queue", queue]
+    _, out, _ = _run(args, capsys)
+    (advice,) = [ln for ln in out.splitlines() if "no reference for this build" in ln]
+    assert f"UPDATE=1 PYTHONS={second} QUEUE={queue} REFERENCE={ref}`" in advice, advice

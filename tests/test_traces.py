@@ -262,3 +262,45 @@ def test_the_writer_refuses_a_path_it_cannot_create(tmp_path: Path) -> None:
     with pytest.raises(trace.TraceError, match="does not exist"):
         trace.TraceWriter(tmp_path / "nope" / "t.jsonl", 64, ("d",))
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ variables a trace does not read
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (["--trace", "t.jsonl", "--pool", "4096", "--regime", "agentic"],
+         "TRACE replays its own workload: POOL, REGIME would not be used; leave them out"),
+        (["--trace-out", "x.jsonl", "--processes", "3", "--windows", "1"],
+         "TRACE_OUT writes a workload's events and runs nothing: HOST, VARIANT, WINDOWS, "
+         "PROCESSES would not be used"),
+    ],
+)  # fmt: skip
+def test_a_variable_a_trace_does_not_read_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_gate: None, given: list, words: str
+) -> None:
+    """Issue 28.1: with TRACE the workload variables, with TRACE_OUT the run's, were
+    ignored without a word (a replay recorded the ignored POOL in run.json)."""
+    raw = tmp_path / "raw"
+    code = cli.main(
+        _policy(raw, *(str(tmp_path / g) if g.endswith(".jsonl") else g for g in given))
+    )
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("make policy: ") and words in line, line
+    assert not raw.exists() and not list(tmp_path.glob("*.jsonl"))
+
+
+def test_a_replay_records_the_trace_s_own_workload(tmp_path: Path) -> None:
+    events = _cycles(64, 3)
+    path = _write_trace(tmp_path / "t.jsonl", 64, events)
+    text = path.read_text().splitlines()
+    header = json.loads(text[0])
+    header["workload"] = {"pool": 64, "concurrency": 3}
+    path.write_text("\n".join([json.dumps(header), *text[1:]]) + "\n")
+    p = policy_params.from_text(
+        {"host": "h", "trace": str(path), "warmup_turnovers": "1.5", "turnovers": "3"}
+    )
+    recorded = policy_collect.recorded_workload(p, policy_collect.trace_info(p))
+    assert recorded["pool"] == 64 and recorded["concurrency"] == 3
+    assert recorded["families"] == p.families  # not in the trace's header: the parameter

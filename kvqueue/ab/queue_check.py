@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,6 +59,7 @@ from typing import Any, TextIO
 from kvqueue import hostinfo
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.measure import cachegrind, interpreter_checks
+from kvqueue.params.spec import resolve_in_repo
 from kvqueue.stats import count_figures
 
 REFERENCE = Path("data") / "reference" / "queue-instructions.json"
@@ -481,10 +483,15 @@ def check(
             python, short, key = interp.python, interp.version, interp.key
             entry = data["entries"].get(key)
             if entry is None and not update:
+                # The command records into this reference for this queue: without them
+                # it recorded kvqueue into the committed reference.
+                given = [f"QUEUE={shlex.quote(queue)}"] if queue != "kvqueue" else []
+                if Path(reference).resolve() != Path(resolve_in_repo(REFERENCE)).resolve():
+                    given.append(f"REFERENCE={shlex.quote(str(reference))}")
                 line = (
                     f"check-queue: {python} (CPython {short}): no reference for this build "
                     f"in {reference}; record one with `make check-queue UPDATE=1 "
-                    f"PYTHONS={python}`"
+                    f"PYTHONS={shlex.quote(python)}{''.join(' ' + g for g in given)}`"
                 )
                 print(line, file=stream, flush=True)
                 outcomes.append(Outcome(python, key, "skipped", (line,)))

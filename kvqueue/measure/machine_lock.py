@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvqueue.errors import BenchInputError
-from kvqueue.kernel import stop_signals
+from kvqueue.kernel import remove_dead_entries, stop_signals
 from kvqueue.measure.run_folder import now
 
 #: The lock file's path, for tests and for a user who runs two checkouts side by side.
@@ -54,6 +54,7 @@ def hold(what: str) -> Iterator[None]:
     """
     global _held
     with stop_signals(), _lock_file(what):
+        remove_dead_entries()  # what a kill -9 of any earlier command left in the temp folder
         _held = True
         try:
             yield

@@ -345,3 +345,27 @@ def check_bounds(p: PolicyParams) -> None:
             f"threshold {p.threshold} is above prefill_max {p.prefill_max}: no allocation "
             "of the workload would reach the contiguous path"
         )
+
+
+#: What ``TRACE_OUT`` reads: the synthetic workload's events under ``lru`` depend on the
+#: workload (and its regime preset), the seed and the length; the age windows are
+#: checked as for a run (``WARMUP_TURNOVERS`` below ``TURNOVERS``).
+TRACE_OUT_READS = frozenset(
+    {*PolicyParams.WORKLOAD_FIELDS, "regime", "seed", "turnovers", "warmup_turnovers", "trace_out"}
+)
+
+
+def unread_with_a_trace(texts: Mapping[str, str | None]) -> list[str]:
+    """The Make variables given (``texts``: field -> text, ``None`` not given) that a run
+    with ``TRACE`` or ``TRACE_OUT`` would not read: a trace brings its own workload (its
+    pool and requests), and ``TRACE_OUT`` writes events and measures nothing. Both were
+    silently ignored (and a replay recorded the ignored workload in run.json)."""
+    given = [name for name, text in texts.items() if text is not None and text != ""]
+    if texts.get("trace"):
+        unread = [n for n in given if n in PolicyParams.WORKLOAD_FIELDS or n == "regime"]
+    elif texts.get("trace_out"):
+        unread = [n for n in given if n not in TRACE_OUT_READS]
+    else:
+        return []
+    names = {f.name: spec_of(f).make or f.name.upper() for f in policy_fields()}
+    return [names[n] for n in unread]

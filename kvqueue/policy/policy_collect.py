@@ -156,6 +156,18 @@ def check_trace_length(p: PolicyParams, held: float) -> None:
     )
 
 
+def recorded_workload(p: PolicyParams, traced: dict[str, Any] | None) -> dict[str, Any]:
+    """The workload a run's ``run.json`` records: the parameters', or a trace's own where
+    its header says (its pool always): a replay recorded the workload parameters it
+    never used (pool 4,096 for a trace of 512 blocks)."""
+    workload = p.workload()
+    if traced is None:
+        return workload
+    header = traced["header"]
+    own = {k: v for k, v in (header.get("workload") or {}).items() if k in workload}
+    return {**workload, **own, "pool": int(header["pool"])}
+
+
 def run_pool(p: PolicyParams, traced: dict[str, Any] | None) -> int:
     """Blocks per pool of the run: the trace's, else the workload's."""
     return int(traced["header"]["pool"]) if traced else p.pool
@@ -284,7 +296,7 @@ def _run_locked(
         seeds={"run": p.seed, "check": CHECK_SEED, "processes": {"main": seeds}},
         processes_planned={"main": p.processes, "confirm": 0},
         extra={
-            "workload": p.workload(),
+            "workload": recorded_workload(p, traced),
             "policies": p.policies,
             "protocol": schema.POLICY_PROTOCOL,
             "regime_label": policy_params.regime_label(p),
