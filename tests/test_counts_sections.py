@@ -69,6 +69,8 @@ def test_a_counts_only_ab_pair_gets_its_section_and_a_verdict_writeup(tmp_path: 
     verdict = next(line for line in text.splitlines() if line.startswith("**`vllm==0.32.0`"))
     assert "instructions per operation" in verdict and "cells:" in verdict
     assert "make bench" in text and "METRIC=instructions" in text
+    # Issue 28 (probe): the command repeats the run's own variants, not the defaults.
+    assert "VARIANTS='vllm==0.31.0 vllm==0.32.0 kvqueue kvqueue:floor'" in text
     assert "Validation" not in text  # no time section stands in for a timed run
 
 

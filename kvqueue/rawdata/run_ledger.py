@@ -53,7 +53,8 @@ def make_command(meta: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str
     is the bench or history run it counted), ``python`` the executable it measured and
     ``assignments`` every other recorded parameter as ``(MAKE_VARIABLE, text)``
     (``HOST`` and ``PYTHON`` are left to the caller; a bench run's ``VARIANTS`` too,
-    since the report pins their git refs to the recorded commits). Empty strings and
+    since the report pins their git refs to the recorded commits; a counts run's are
+    here, pinned the same way). Empty strings and
     ``[]`` where ``run.json`` records no parameters, and no target for a policy run of
     the older protocol (today's ``make policy`` cannot repeat it).
     """
@@ -79,7 +80,27 @@ def make_command(meta: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str
         }
         assignments = history_params.make_assignments(parameters, record, commits)
         return "history", executable, assignments
-    return "bench", executable, bench_params.make_assignments(parameters)
+    assignments = bench_params.make_assignments(parameters)
+    if kind == schema.KIND_COUNTS:
+        # No bench run's variants table holds a counts run's sources: its VARIANTS
+        # come from here (a counts-only writeup's command counted the defaults).
+        assignments = [("VARIANTS", _pinned_variants(meta, parameters)), *assignments]
+    return "bench", executable, assignments
+
+
+def _pinned_variants(meta: Mapping[str, Any], parameters: Mapping[str, Any]) -> str:
+    """A run's ``VARIANTS`` as given, each ``git:REPO@REF`` pinned to the commit it read."""
+    commits = {
+        str(v.get("source")): schema.git_commit_of(v.get("resolved_path"))
+        for v in meta.get("variants") or ()
+        if isinstance(v, Mapping)
+    }
+    words = []
+    for text in parameters.get("variants") or ():
+        name, source = schema.split_name(str(text))
+        pinned = schema.pin_git_ref(source, commits.get(source))
+        words.append(f"{name}={pinned}" if name else pinned)
+    return " ".join(words)
 
 
 def _commit(meta: Mapping[str, Any]) -> str | None:
