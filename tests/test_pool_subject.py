@@ -130,13 +130,18 @@ def test_a_pool_too_small_for_a_case_and_an_unloadable_pool_are_refused(
         interpreter_checks.check_sources(bad)
 
 
-def test_a_pool_run_is_sized_for_its_own_comparisons() -> None:
-    record = {
-        "parameters": {"subject": "pool", "cases": ["loop100", "churn"]},
-        "variants": [{"label": "pool:a"}, {"label": "pool:b"}, {"label": "pool:c"}],
-    }
+def test_a_pool_run_is_sized_for_its_own_comparisons_on_its_cases() -> None:
+    from kvqueue.stats import comparisons
+
+    record = {"parameters": {"subject": "pool", "cases": ["loop100", "churn"]}}
     pairs, cases = runner.bench_sizing_targets(record)
-    assert pairs == (("pool:b", "pool:a"), ("pool:c", "pool:a")) and cases == ("loop100", "churn")
+    assert cases == ("loop100", "churn")
+    # The pools' default pairs where a run has them, else every candidate vs its baseline.
+    mine = comparisons.comparisons_for_run(["pool:a", "pool:b"], "pool:a", (), pairs)
+    assert mine == [("pool:b", "pool:a", "pair")]
+    labels = ["pool:vllm==0.31.0", "pool:vllm==0.33.0", "pool:vllm==0.33.0+queue=kvqueue"]
+    found = comparisons.comparisons_for_run(labels, labels[0], (), pairs)
+    assert [c[:2] for c in found] == [(labels[1], labels[0]), (labels[2], labels[1])]
 
 
 @pytest.mark.slow

@@ -56,12 +56,11 @@ SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
 def bench_sizing_targets(record: Mapping[str, Any]) -> SizingTargets:
     """What a bench run is sized for: :data:`~kvqueue.params.DEFAULT_PAIRS` on the
     headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`); a pool run
-    (``parameters.subject`` pool), every candidate against its baseline on every case."""
+    (``parameters.subject`` pool), on every case it times (the pairs present, else every
+    candidate against its baseline: :mod:`kvqueue.stats.comparisons`)."""
     params = record.get("parameters") or {}
     if params.get("subject") == schema.SUBJECT_POOL:
-        labels = [str(v["label"]) for v in record.get("variants") or []]
-        pairs = tuple((label, labels[0]) for label in labels[1:])
-        return pairs, tuple(params.get("cases") or ())
+        return DEFAULT_PAIRS, tuple(params.get("cases") or ())
     return DEFAULT_PAIRS, process_sizing.HEADLINE_CASES
 
 

@@ -18,6 +18,10 @@ from kvqueue.params.spec import param
 DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (
     ("vllm==0.32.0", "vllm==0.31.0"),  # the upstream change
     ("kvqueue", "vllm==0.32.0"),  # our queue against current upstream
+    # The pool subject (labels pool:SOURCE): the pool's own change across the releases,
+    # and our queue as the newest pool sees it (the same pool with its own queue).
+    ("pool:vllm==0.33.0", "pool:vllm==0.31.0"),
+    ("pool:vllm==0.33.0+queue=kvqueue", "pool:vllm==0.33.0"),
 )
 
 
