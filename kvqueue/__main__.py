@@ -736,7 +736,10 @@ def _report_cases(text: str) -> tuple[str, ...]:
 
 @_one_line_errors("report")
 def _cmd_report(args: argparse.Namespace) -> int:
+    from kvqueue import kernel
     from kvqueue.report import build
+
+    kernel.stop_with_parent()
 
     settings = report_params.from_text(_texts(args, "report"))
     cases = _report_cases(args.cases)

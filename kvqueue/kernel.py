@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -48,6 +49,28 @@ class Stopped(KeyboardInterrupt):
 
 def _raise_stopped(signum: int) -> None:
     raise Stopped(signum)
+
+
+def stop_with_parent() -> None:
+    """Get SIGTERM (the path of Ctrl-C: :func:`stop_signals`) when the parent dies.
+
+    ``make report`` sent SIGHUP (its own pid only: a closed terminal's job control)
+    exited 129 while the report's python ran on and wrote report.html. Linux only, and
+    only with a parent that is not init (a command started by hand in a shell stops
+    with the shell).
+    """
+    if not sys.platform.startswith("linux") or os.getppid() == 1:
+        return
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _was_a_terminal(fd: int) -> bool:

@@ -507,3 +507,38 @@ def test_kill_9_of_the_report_leaves_no_worker_running(
     for prefix in (kernel.KERNEL_PREFIX, "kvq-ahead-"):
         kernel.remove_dead_entries(prefix)
     assert tree(tmp) == []
+
+
+@needs_linux
+@pytest.mark.slow
+def test_the_report_stops_cleanly_when_its_parent_dies(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 28.4 (probe): SIGHUP to make's pid alone ended make, and the report's python
+    ran on and wrote report.html. The report now gets SIGTERM when its parent dies."""
+    tmp, _ = folders
+    raw = tmp_path / "raw"
+    write_fixture(raw, tiny=True)
+    out = tmp_path / "reports"
+    command = [
+        sys.executable, "-m", "kvqueue", "report", "--raw-dir", str(raw),
+        "--processed-dir", str(tmp_path / "processed"), "--out", str(out),
+    ]  # fmt: skip
+    # A parent that starts the report, as make does, and waits for it.
+    parent = subprocess.Popen(
+        ["sh", "-c", '"$@" > "$0" 2>&1; :', str(tmp_path / "output.txt"), *command],
+        cwd=REPO_ROOT,
+        env=_environment(tmp, tmp_path),
+        preexec_fn=_default_sigint,
+    )
+    try:
+        _wait_for(parent, "the report's kernel", lambda: _kernel_running(tmp), timeout=300)
+        parent.kill()
+        parent.wait()
+        assert not _none_left(tmp, within=30), "the report outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert not (out / "report.html").exists(), (tmp_path / "output.txt").read_text()
+    assert tree(tmp) == []
