@@ -91,6 +91,10 @@ def _report(raw: Path, root: Path, *extra: str) -> Path:
     return root / "reports"
 
 
+#: The figures the fixture's report shows: every one but the BlockPool forest (the
+#: fixture holds queue runs only; tests/test_pool_subject.py renders a pool report).
+SHOWN = {name: spec for name, spec in figures.FIGURES.items() if name != "forest_pool"}
+
 @pytest.fixture(scope="module")
 def fixture_raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = tmp_path_factory.mktemp("raw")
@@ -152,7 +156,7 @@ def test_papermill_executed_notebook_without_errors(rendered: Path) -> None:
     assert not [o for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) == len(figures.FIGURES)
+    assert len(pngs) == len(SHOWN)
     # Normalized: ids from positions, no timestamps.
     assert [c.id for c in nb.cells] == [f"cell-{i:02d}" for i in range(len(nb.cells))]
     assert "papermill" not in nb.metadata
@@ -165,8 +169,9 @@ def test_html_has_tables_figures_and_no_code(rendered: Path) -> None:
     for heading in [*HEADINGS, "Confirmation run", "Other cases", "Gap to the lower bound"]:
         assert heading in html
     assert "Noise floor (A/A)" in html and "Order effect" in html
-    assert html.count('src="data:image/png;base64,') == len(figures.FIGURES)
-    for spec in figures.FIGURES.values():  # every figure carries its alt text
+    assert html.count('src="data:image/png;base64,') == len(SHOWN)
+    assert 'id="pool"' not in html  # no BlockPool section without a pool run
+    for spec in SHOWN.values():  # every figure carries its alt text
         assert f'alt="{spec.alt}"' in html
     # Code cells are hidden, and nothing is loaded from the network.
     assert "processed_build.ensure(" not in html and "import " not in html
@@ -183,7 +188,7 @@ def test_html_has_tables_figures_and_no_code(rendered: Path) -> None:
     # The interrupted run is named; the older run is listed.
     assert "20261129T120000Z-cp312-cccc (status interrupted)" in html
     assert "20261128T090000Z-cp312-aaaa" in html
-    for name in figures.FIGURES:
+    for name in SHOWN:
         assert (rendered / "figures" / f"{name}.png").stat().st_size > 10_000
 
 
@@ -196,7 +201,7 @@ def test_html_byte_identical_on_rebuild(rendered: Path, fixture_raw: Path, tmp_p
     for png in sorted((rendered / "writeups").glob("*/*.png")):
         rel = png.relative_to(rendered)
         assert (again / rel).read_bytes() == png.read_bytes(), rel
-    for name in figures.FIGURES:
+    for name in SHOWN:
         png = f"figures/{name}.png"
         assert (again / png).read_bytes() == (rendered / png).read_bytes(), png
 
@@ -320,7 +325,7 @@ def test_chromium_images_load_and_headings_present(
     chromium: str, rendered: Path, tmp_path: Path
 ) -> None:
     probe = _probe(chromium, rendered, tmp_path)
-    assert len(probe["widths"]) == len(figures.FIGURES)
+    assert len(probe["widths"]) == len(SHOWN)
     assert all(w > 0 for w in probe["widths"]), probe["widths"]
     for heading in HEADINGS:
         assert heading in probe["headings"]
