@@ -495,18 +495,22 @@ def test_a_broken_queue_is_refused_by_the_gate_in_one_line(tmp_path: Path, broke
 @pytest.mark.slow
 def test_trace_out_then_trace_replays_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "w.jsonl"
-    base = [sys.executable, "-m", "kvqueue", "policy", "--python", sys.executable]
-    small = ["--regime", "custom", "--pool", "1024", "--prefill-max", "96", "--decode-max",
-             "32", "--warmup-turnovers", "2", "--turnovers", "4"]  # fmt: skip
+    base = [sys.executable, "-m", "kvqueue", "policy"]
+    ages = ["--warmup-turnovers", "2", "--turnovers", "4"]
+    workload = ["--regime", "custom", "--pool", "1024", "--prefill-max", "96", "--decode-max",
+                "32"]  # fmt: skip
+    # TRACE_OUT reads the workload and the ages only; the replay, the run's variables
+    # and the ages (the trace brings its workload).
     made = subprocess.run(
-        [*base, "--trace-out", str(out), *small],
+        [*base, "--trace-out", str(out), *workload, *ages],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     raw = tmp_path / "raw"
     ran = subprocess.run(
-        [*base, "--host", "t", "--raw-dir", str(raw), "--variant", "kvqueue", "--trace",
-         str(out), "--windows", "4", "--processes", "2", *small],
+        [*base, "--python", sys.executable, "--host", "t", "--raw-dir", str(raw),
+         "--variant", "kvqueue", "--trace", str(out), "--windows", "4", "--processes", "2",
+         *ages],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
