@@ -1,12 +1,16 @@
 """Raw policy runs → the processed ``policy`` table (docs/design.md §12); the report shows
 it through :mod:`kvqueue.policy.policy_present`.
 
-Reading (:func:`read_policy_runs`) is as strict as :mod:`kvqueue.rawdata.raw_reader`: a malformed
-``run.json`` or ``policy.csv`` is a :class:`kvqueue.rawdata.raw_reader.RawDataError` (one line
-naming the file); a complete run whose ``policy.csv`` differs from the sha256 and row
-count its ``run.json`` records, or whose rows do not match its plan (processes
-``1..completed`` × every policy, exactly once), is *altered* and left out; so is one
-whose committed folder git reports modified (:func:`with_git_state`).
+Reading (:func:`read_runs`) parses what :mod:`kvqueue.rawdata.raw_reader` read: the
+raw reader reads each run's recorded files once and checks them against the sha256 its
+``run.json`` records (an edited or missing file makes the run *altered* there, named in
+the ledger); here the checked bytes (:attr:`kvqueue.rawdata.raw_reader.Run.recorded`) are
+parsed, never read or hashed again. A malformed ``policy.csv`` is a
+:class:`kvqueue.rawdata.raw_reader.RawDataError` (one line naming the file); a complete
+run whose rows differ from the row count its ``run.json`` records, or do not match its
+plan (processes ``1..completed`` × every policy, exactly once), is *altered* and left
+out; so is one whose committed folder git reports modified
+(:func:`kvqueue.rawdata.git_state.with_git_state`).
 
 Statistics, per run and policy, over the run's processes (each its own request stream,
 so its own sample of the workload):
@@ -33,9 +37,8 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.params import policy_params
 from kvqueue.params.report_params import ReportSettings
-from kvqueue.rawdata import raw_reader
+from kvqueue.rawdata import integrity, raw_reader
 from kvqueue.stats import paired_stats
 
 LRU = "lru"
@@ -117,13 +120,16 @@ def _fail(path: Path, problem: str) -> raw_reader.RawDataError:
 
 def read_runs(runs: Iterable[raw_reader.Run]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The policy rows of the runs the raw-data reader included, each ``policy.csv`` (or
-    ``policy_age.csv``) read and checked once: the readable runs ``{path, meta, rows,
-    altered}`` with rows, and ``{"<host>/<run_id>": why}`` for each run left out here."""
+    ``policy_age.csv``) parsed from the bytes the reader read and checked
+    (:attr:`kvqueue.rawdata.raw_reader.Run.recorded`; no file is read again): the readable
+    runs ``{path, meta, rows, altered}`` with rows, and ``{"<host>/<run_id>": why}`` for
+    each run left out here."""
     out, problems = [], {}
     for run in runs:
         key = f"{run.host}/{run.run_id}"
         try:
-            read = read_policy_run(run.path, run.meta)
+            # A Run made by hand (not by the reader) carries no bytes: read them then.
+            read = read_policy_run(run.path, run.meta, run.recorded or None)
         except raw_reader.RawDataError as exc:
             problems[key] = f"unreadable: {exc.path.name}: {exc.problem}"
             continue
@@ -134,9 +140,17 @@ def read_runs(runs: Iterable[raw_reader.Run]) -> tuple[list[dict[str, Any]], dic
     return out, problems
 
 
-def read_policy_run(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+def read_policy_run(
+    run_dir: Path, meta: dict[str, Any], recorded: Mapping[str, bytes] | None = None
+) -> dict[str, Any]:
     """Check one policy run folder: ``{path, meta, rows, altered}``; ``rows`` is the
-    checked ``policy.csv`` of a complete, unaltered run, else ``None``."""
+    checked ``policy.csv`` of a complete, unaltered run, else ``None``.
+
+    ``recorded``: the run's recorded files as the raw reader read and checked them
+    (:attr:`kvqueue.rawdata.raw_reader.Run.recorded`); parsed, not read again. Without
+    it (a run looked at alone), they are read and checked here by the same rule
+    (:func:`kvqueue.rawdata.integrity.read_recorded_files`).
+    """
     path = run_dir / schema.RUN_JSON
     for key in ("run_id", "host", "status", "parameters", "policies", "python", "variants"):
         if key not in meta:
@@ -149,16 +163,18 @@ def read_policy_run(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     run = {"path": run_dir, "meta": meta, "rows": None, "altered": None}
     if meta["status"] != raw_reader.COMPLETE:
         return run
+    if recorded is None:
+        recorded, problem = integrity.read_recorded_files(run_dir, meta)
+        if problem is not None:
+            run["altered"] = problem
+            return run
     if meta.get("protocol") == schema.POLICY_PROTOCOL:
-        return _read_age_run(run_dir, meta, run)
+        return _read_age_run(run_dir, meta, run, recorded)
     csv_path = run_dir / schema.POLICY_CSV
-    if not csv_path.is_file():
-        raise _fail(csv_path, "missing (a complete policy run needs its rows)")
-    data = csv_path.read_bytes()
-    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.POLICY_CSV) or {}
-    if sealed.get("sha256") != hashlib.sha256(data).hexdigest():
-        run["altered"] = "policy.csv sha256 differs from run.json (edited after the run)"
+    data = _sealed_bytes(run_dir, schema.POLICY_CSV, recorded, run)
+    if data is None:
         return run
+    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.POLICY_CSV) or {}
     lines = list(csv.reader(data.decode("utf-8").splitlines()))
     if not lines or tuple(lines[0]) != schema.POLICY_COLUMNS:
         raise _fail(csv_path, f"header must be {','.join(schema.POLICY_COLUMNS)}")
@@ -189,18 +205,32 @@ _AGE_TEXT = ("policy", "window")
 _AGE_FLOAT = ("window_from", "window_to", "age_from", "age_to")
 
 
-def _read_age_run(run_dir: Path, meta: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def _sealed_bytes(
+    run_dir: Path, name: str, recorded: Mapping[str, bytes], run: dict[str, Any]
+) -> bytes | None:
+    """The checked bytes of the run's file ``name``; ``None`` with ``run["altered"]`` set
+    when ``run.json`` records no digest of a file that is there (nothing could tell it
+    from an edited copy). A file neither recorded nor there is an error."""
+    if name in recorded:
+        return recorded[name]
+    path = run_dir / name
+    if not path.is_file():
+        raise _fail(path, "missing (a complete policy run needs its rows)")
+    run["altered"] = f"{name} sha256 differs from run.json (edited after the run)"
+    return None
+
+
+def _read_age_run(
+    run_dir: Path, meta: dict[str, Any], run: dict[str, Any], recorded: Mapping[str, bytes]
+) -> dict[str, Any]:
     """A complete steady-state run's ``policy_age.csv``, checked like ``policy.csv``: the
-    digest and row count of ``run.json``, every process × policy present, the same age
-    windows for every process and policy."""
+    digest (checked by the raw reader) and row count of ``run.json``, every process ×
+    policy present, the same age windows for every process and policy."""
     csv_path = run_dir / schema.POLICY_AGE_CSV
-    if not csv_path.is_file():
-        raise _fail(csv_path, "missing (a complete policy run needs its rows)")
-    data = csv_path.read_bytes()
-    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.POLICY_AGE_CSV) or {}
-    if sealed.get("sha256") != hashlib.sha256(data).hexdigest():
-        run["altered"] = "policy_age.csv sha256 differs from run.json (edited after the run)"
+    data = _sealed_bytes(run_dir, schema.POLICY_AGE_CSV, recorded, run)
+    if data is None:
         return run
+    sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.POLICY_AGE_CSV) or {}
     lines = list(csv.reader(data.decode("utf-8").splitlines()))
     if not lines or tuple(lines[0]) != schema.POLICY_AGE_COLUMNS:
         raise _fail(csv_path, f"header must be {','.join(schema.POLICY_AGE_COLUMNS)}")

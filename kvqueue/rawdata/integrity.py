@@ -5,7 +5,7 @@ Used by :mod:`kvqueue.rawdata.raw_reader` when it reads a run: a run that fails 
 check comes back *altered* (:data:`ALTERED` + the reason), named in the report but out
 of every statistic.
 
-- digests (:func:`check_digests`, :func:`check_recorded_files`): the sha256 and row
+- digests (:func:`check_digests`, :func:`read_recorded_files`): the sha256 and row
   count of ``samples.csv``, the sha256 of ``bench.ipynb`` when one is recorded, every
   file a non-bench run records (schema 2 on, see :mod:`kvqueue.measure.run_folder`);
 - the plan (:func:`plan_problem`): processes x phases x cases x pools x variants x
@@ -60,22 +60,31 @@ def check_digests(
     return SEALED, None
 
 
-def check_recorded_files(run_dir: Path, meta: dict[str, Any]) -> str | None:
-    """The first file of a non-bench run that differs from its recorded sha256, or None.
+def read_recorded_files(run_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, bytes], str | None]:
+    """Read every file a non-bench run records, once, and check it against its sha256.
+
+    Returns ``(files, None)``: the bytes of each recorded file keyed by its name, as read
+    and checked; or ``({}, why)`` naming the first file that is missing or differs from
+    its recorded sha256 (nothing of such a run may be parsed). The run's own module
+    parses the bytes (:attr:`kvqueue.rawdata.raw_reader.Run.recorded`): no file is read
+    or hashed a second time.
 
     A complete run of such a kind must record its files: without digests nothing could
     tell its data from an edited copy.
     """
     files = meta.get(schema.FILES_KEY)
     if not files:
-        return "run.json records no digests of its files"
+        return {}, "run.json records no digests of its files"
+    out: dict[str, bytes] = {}
     for name, entry in sorted(files.items()):
         target = run_dir / name
         if Path(name).name != name or not target.is_file():
-            return f"{name} is missing, run.json records its sha256"
-        if hashlib.sha256(target.read_bytes()).hexdigest() != entry["sha256"]:
-            return f"{name} sha256 differs from run.json (edited after the run)"
-    return None
+            return {}, f"{name} is missing, run.json records its sha256"
+        data = target.read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            return {}, f"{name} sha256 differs from run.json (edited after the run)"
+        out[name] = data
+    return out, None
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,7 +27,9 @@ run must never count as an independent one).
 Kinds (``run.json`` ``kind``, :data:`kvqueue.schema.RUN_KINDS`): bench and history runs
 share the bench format and every check above. A run of another kind (``policy``) is
 checked for the keys every kind has and for the digests of every file its ``files``
-records; its own files are read by its own module, from :attr:`Run.path`.
+records; those files are read here, once, and their checked bytes handed on
+(:attr:`Run.recorded`): the run's own module parses them and never reads or hashes
+the folder again.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,11 @@ class Run:
         Why the run's files disagree with its ``run.json`` (one line), or ``None``.
     samples_sha256
         sha256 of ``samples.csv`` as read (complete runs).
+    recorded
+        For a complete run of a kind outside the bench format (policy, counts) whose
+        files match their digests: the bytes of every file its ``run.json`` records,
+        keyed by name, as read and checked here (empty otherwise). Its question parses
+        these; nothing reads the files again.
     """
 
     path: Path
@@ -89,6 +96,7 @@ class Run:
     integrity: str | None = None
     altered: str | None = None
     samples_sha256: str | None = None
+    recorded: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -333,10 +341,11 @@ def read_run(run_dir: Path | str, samples_reader: SamplesReader | None = None) -
     if meta["status"] != COMPLETE:
         return Run(run_dir, meta, None)
     if schema.run_kind(meta) not in schema.BENCH_FORMAT_KINDS:
-        problem = integrity.check_recorded_files(run_dir, meta)
+        files, problem = integrity.read_recorded_files(run_dir, meta)
         if problem is not None:
             return Run(run_dir, meta, None, integrity.ALTERED + problem, problem)
-        return Run(run_dir, meta, None, integrity.SEALED if meta.get(schema.FILES_KEY) else None)
+        state = integrity.SEALED if meta.get(schema.FILES_KEY) else None
+        return Run(run_dir, meta, None, state, recorded=files)
     path = run_dir / schema.SAMPLES_CSV
     _require(path.is_file(), path, "missing (a complete run needs its samples)")
     data = path.read_bytes()

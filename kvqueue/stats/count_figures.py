@@ -19,7 +19,6 @@ pandas); the readers below build the report's tables from the counts runs on dis
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from kvqueue import schema
+from kvqueue.rawdata import integrity
 from kvqueue.sources.versions import step_range
 
 #: Weights of L1 hits, last-level hits and RAM accesses in estimated cycles.
@@ -177,17 +177,30 @@ class CountRun:
         return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
 
 
-def read_count_run(run_dir: Path, meta: dict[str, Any]) -> CountRun | str:
-    """A complete, sealed counts run, or the one-line reason it is left out."""
+def read_count_run(
+    run_dir: Path, meta: dict[str, Any], recorded: Mapping[str, bytes] | None = None
+) -> CountRun | str:
+    """A complete, sealed counts run, or the one-line reason it is left out.
+
+    ``recorded``: the run's recorded files as the raw reader read and checked them
+    (:attr:`kvqueue.rawdata.raw_reader.Run.recorded`); ``counts.csv`` is parsed from
+    these, never read or hashed again. Without it (a run looked at alone) the recorded
+    files are read and checked here by the same rule
+    (:func:`kvqueue.rawdata.integrity.read_recorded_files`).
+    """
     if meta.get("status") != "complete":
         return f"status {meta.get('status')!r}, not complete"
     sealed = (meta.get(schema.FILES_KEY) or {}).get(schema.COUNTS_CSV)
-    path = run_dir / schema.COUNTS_CSV
-    if sealed is None or not path.is_file():
-        return "counts.csv missing or not recorded in run.json"
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != sealed.get("sha256"):
-        return "counts.csv sha256 differs from run.json (edited after the run)"
+    missing = "counts.csv missing or not recorded in run.json"
+    if recorded is None:
+        if sealed is None or not (run_dir / schema.COUNTS_CSV).is_file():
+            return missing
+        recorded, problem = integrity.read_recorded_files(run_dir, meta)
+        if problem is not None:
+            return problem
+    elif sealed is None or schema.COUNTS_CSV not in recorded:
+        return missing
+    data = recorded[schema.COUNTS_CSV]
     rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
     if not rows or tuple(rows[0]) != schema.COUNT_COLUMNS:
         return f"counts.csv columns are not {', '.join(schema.COUNT_COLUMNS)}"
@@ -319,7 +332,8 @@ def analyze(
     runs: list[CountRun] = []
     left: dict[str, str] = {}
     for run in included:
-        got = read_count_run(run.path, run.meta)
+        # The bytes the raw reader checked (a Run made by hand carries none: read them).
+        got = read_count_run(run.path, run.meta, getattr(run, "recorded", None) or None)
         if isinstance(got, str):
             left[f"{run.host}/{run.run_id}"] = got
         else:
