@@ -9,10 +9,13 @@ here (abridged from an Intel Xeon VM and an Arm Neoverse machine).
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 from synthetic import write_run
 
 from kvqueue import hostinfo
@@ -262,3 +265,93 @@ def test_labels_that_differ_only_in_case_are_flagged(tmp_path: Path) -> None:
     runs = ab_analysis.runs_table(raw_reader.read_raw(raw))
     for warning in runs["warnings"]:
         assert "host labels Grace, grace differ only in case" in str(warning)
+
+
+# ---------------------------------------------------------------------------------------
+# every kind of run: one numbering of a label's CPUs, kept apart in every question
+
+RAW = Path(__file__).resolve().parent.parent / "data" / "raw"
+#: Committed runs copied under the label ``box`` (their files are sealed; run.json's
+#: machine record is not).
+POLICY_SRC = "xeon-vm-2core/20261201T195852Z-policy-cp311-bef4"
+COUNTS_SRC = "xeon-vm-2core/20261201T180338Z-counts-cp311-ce4b"
+
+
+def _copy_as(raw: Path, src: str, run_id: str, started: str, cpu: dict[str, Any]) -> str:
+    """A committed run copied as ``box/<run_id>``, started at ``started`` on ``cpu``."""
+    target = raw / "box" / run_id
+    shutil.copytree(RAW / src, target)
+    meta = json.loads((target / "run.json").read_text(encoding="utf-8"))
+    meta.update(host="box", run_id=run_id, started_at=started)
+    meta["machine"] = {**meta["machine"], "cpu_model": XEON, "cpu": cpu}
+    (target / "run.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return run_id
+
+
+def _two_copies(raw: Path, src: str, kind: str, second_cpu: dict[str, Any]) -> tuple[str, str]:
+    older = _copy_as(raw, src, f"20261128T090000Z-{kind}-cp311-aaaa", "2026-11-28T09:00:00+00:00",
+                     CPU_207)  # fmt: skip
+    newer = _copy_as(raw, src, f"20261129T090000Z-{kind}-cp311-bbbb", "2026-11-29T09:00:00+00:00",
+                     second_cpu)  # fmt: skip
+    return older, newer
+
+
+@pytest.mark.parametrize(("src", "kind", "table"), [
+    (POLICY_SRC, "policy", "policy"),
+    (COUNTS_SRC, "counts", "count_pairs"),
+])  # fmt: skip
+def test_two_cpus_of_one_label_are_both_shown_for_policy_and_counts_runs(
+    tmp_path: Path, src: str, kind: str, table: str
+) -> None:
+    """The issue's "done when" for the other kinds: run.json differing only in
+    machine.cpu.model -> named, and the newer CPU's run does not supersede the older's."""
+    raw = tmp_path / "raw"
+    older, newer = _two_copies(raw, src, kind, CPU_167)
+    data = processed_build.build(raw, tmp_path / "processed", FAST)
+    rows = getattr(data, table)
+    shown = rows[rows["headline"]] if "headline" in rows else rows
+    # Kept apart: one host key per CPU, each with its own run.
+    assert set(zip(shown["host"], shown["run_id"], strict=True)) == {
+        ("box", older),
+        ("box#2", newer),
+    }
+    ledger = data.ledger.set_index("run_id")
+    assert ledger.loc[[older, newer], "use"].tolist() == ["headline", "headline"]
+    # Named: each run's reason says which CPU, and the label's warning names both.
+    for run_id, key in ((older, "box"), (newer, "box#2")):
+        reason = ledger.loc[run_id, "reason"]
+        assert reason.startswith(f"newest {kind} run; CPU {key} (host label box holds runs")
+        assert "box#2 = Intel(R) Xeon(R) Processor [GenuineIntel family 6 model 167" in reason
+
+
+@pytest.mark.parametrize(("src", "kind"), [(POLICY_SRC, "policy"), (COUNTS_SRC, "counts")])
+def test_one_cpu_under_one_label_still_supersedes(tmp_path: Path, src: str, kind: str) -> None:
+    raw = tmp_path / "raw"
+    older, newer = _two_copies(raw, src, kind, dict(CPU_207))
+    data = processed_build.build(raw, tmp_path / "processed", FAST)
+    ledger = data.ledger.set_index("run_id")
+    assert ledger.loc[[older, newer], "use"].tolist() == ["superseded", "headline"]
+    assert ledger.loc[newer, "reason"] == f"newest {kind} run"
+
+
+def test_a_second_cpu_seen_only_in_a_counts_run_names_the_label(tmp_path: Path) -> None:
+    """One numbering over every kind: the bench runs of the label carry the warning
+    although all of them are on its first CPU."""
+    raw = tmp_path / "raw"
+    write_run(raw, host="box", run_id=OLDER, started_at="2026-11-28T09:00:00+00:00",
+              cpu_model=XEON, cpu=CPU_207, **FULL)  # fmt: skip
+    counts = _copy_as(raw, COUNTS_SRC, "20261130T090000Z-counts-cp311-cccc",
+                      "2026-11-30T09:00:00+00:00", CPU_167)  # fmt: skip
+    data = processed_build.build(raw, tmp_path / "processed", FAST)
+    runs = data.runs.set_index("run_id")
+    assert runs.loc[OLDER, "warnings"].startswith("host label box holds runs on 2 CPUs, kept apart")
+    assert "box#2 = Intel(R) Xeon(R) Processor [GenuineIntel family 6 model 167" in str(
+        runs.loc[OLDER, "warnings"]
+    )
+    assert runs.loc[OLDER, "note"] == "headline; CPU box"
+    assert set(data.counts["host"]) == {"box#2"}
+    assert (
+        data.ledger.set_index("run_id")
+        .loc[counts, "reason"]
+        .startswith("newest counts run; CPU box#2 (host label box holds runs on 2 CPUs")
+    )

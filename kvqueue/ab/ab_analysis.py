@@ -39,10 +39,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvqueue import hostinfo, schema
+from kvqueue import schema
 from kvqueue.params.bench_params import make_assignments
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.rawdata import raw_reader
+
+# One HOST label = one CPU is a raw-data rule every question keys on; its names stay
+# reachable here, where the A/B tables first used them.
+from kvqueue.rawdata.host_keys import CPU_TAG, host_cpus
+from kvqueue.rawdata.host_keys import cpu_identity as cpu_identity
+from kvqueue.rawdata.host_keys import host_key_of as host_key_of
 from kvqueue.stats import paired_stats
 from kvqueue.stats.comparisons import AA, PAIR, aa_original, comparisons_for_run
 
@@ -127,7 +133,9 @@ def _reduced(text: str) -> bool:
     return text.startswith("reduced")
 
 
-def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str, str], raw_reader.Run]:
+def headline_runs(
+    raw: raw_reader.RawData, cpus: tuple[dict[tuple[str, str], str], dict[str, str]] | None = None
+) -> dict[tuple[str, str, str], raw_reader.Run]:
     """The headline run of each host x interpreter x subject: ``{(host key, interpreter,
     subject): run}`` (a pool run never stands in for a queue run, nor the reverse).
 
@@ -142,8 +150,10 @@ def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str, str], raw_rea
     A *host* here is one CPU under one label (:func:`host_cpus`): a label whose runs were
     measured on two CPUs has a headline run per CPU and interpreter, keyed ``label`` and
     ``label#2``, so that the newer CPU's run never stands in for the older CPU's.
+    ``cpus``: :func:`host_cpus` of every run of the raw data, any kind (default: of
+    ``raw``'s runs).
     """
-    keys, _ = host_cpus(raw)
+    keys, _ = cpus or host_cpus(raw)
     best: dict[tuple[str, str, str], tuple[bool, tuple[float, str], raw_reader.Run]] = {}
     for run in raw.included:
         kind = protocol(run)
@@ -154,150 +164,6 @@ def headline_runs(raw: raw_reader.RawData) -> dict[tuple[str, str, str], raw_rea
         if key not in best or rank > best[key][:2]:
             best[key] = (*rank, run)
     return {key: value[2] for key, value in best.items()}
-
-
-#: What a run's ``note`` ends with when its host label holds runs on several CPUs: the
-#: host key of its CPU (:func:`host_cpus`), e.g. ``"headline; CPU xeon-vm-2core#2"``.
-CPU_TAG = "; CPU "
-
-
-def cpu_identity(machine: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
-    """What says which CPU a run's ``machine`` record was measured on, as a comparable key.
-
-    Parameters
-    ----------
-    machine
-        ``run.json`` ``machine``.
-
-    Returns
-    -------
-    tuple or None
-        ``(field, value as JSON)`` pairs: the model name and every field of
-        :data:`kvqueue.hostinfo.CPU_IDENTITY_FIELDS` that ``machine.cpu`` holds; the
-        model name alone for a run recorded before ``machine.cpu`` existed (or where
-        nothing of it was readable); ``None`` when not even the model name is known.
-    """
-    name = machine.get("cpu_model")
-    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
-    found = [f for f in hostinfo.CPU_IDENTITY_FIELDS if cpu.get(f) is not None]
-    if name is None and not found:
-        return None
-    # JSON (keys sorted) makes a dict of caches and an int comparable and hashable.
-    pairs = [
-        ("cpu_model", json.dumps(name)),
-        *((f, json.dumps(cpu[f], sort_keys=True)) for f in found),
-    ]
-    return tuple(pairs)
-
-
-def _describe_cpu(machine: Mapping[str, Any]) -> str:
-    """One line naming a CPU identity: ``Xeon [GenuineIntel family 6 model 207 ...]``."""
-    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
-    name = str(machine.get("cpu_model") or "unnamed CPU")
-    parts = []
-    ids = [
-        f"{label} {cpu[f]}"
-        for f, label in (("family", "family"), ("model", "model"), ("stepping", "stepping"))
-        if cpu.get(f) is not None
-    ]
-    if cpu.get("vendor") is not None or ids:
-        parts.append(" ".join([str(cpu.get("vendor", "")), *ids]).strip())
-    if cpu.get("processor") is not None:
-        parts.append(f"processor {cpu['processor']}")
-    if cpu.get("flags_sha256") is not None:
-        parts.append(f"flags {str(cpu['flags_sha256'])[:12]}")
-    if isinstance(cpu.get("caches"), dict):
-        parts.append("caches " + " ".join(f"{k} {v}" for k, v in sorted(cpu["caches"].items())))
-    if cpu.get("cache_size") is not None:
-        parts.append(f"cache size {cpu['cache_size']}")
-    # A run without machine.cpu is compared on its model name only: say so, since two
-    # CPUs under that name cannot be told apart.
-    return f"{name} [{' · '.join(parts) or 'model name only'}]"
-
-
-def host_cpus(raw: raw_reader.RawData) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
-    """Split each host label by the CPUs its runs were measured on.
-
-    A label's CPUs are the distinct :func:`cpu_identity` keys of its runs, numbered by
-    first appearance (oldest run first): runs of the first keep the label as their host
-    key, runs of the *n*-th get ``label#n``. A run with no identity at all (no model name)
-    cannot be placed and keeps the label. Runs recorded before ``machine.cpu`` existed
-    are compared on the model name alone, so a label whose old runs lack it and whose new
-    runs carry it is split too: the report cannot tell that they are one CPU.
-
-    Parameters
-    ----------
-    raw
-        The runs to group (the bench runs: what :func:`headline_runs` ranks).
-
-    Returns
-    -------
-    keys
-        ``{(host, run_id): host key}`` for every run of ``raw``.
-    warnings
-        ``{host: warning}`` for every label holding runs on more than one CPU; the
-        wording of :func:`_host_warning`.
-    """
-    by_host: dict[str, list[raw_reader.Run]] = {}
-    for run in sorted(raw.runs, key=_recency):
-        by_host.setdefault(run.host, []).append(run)
-    keys: dict[tuple[str, str], str] = {}
-    warnings: dict[str, str] = {}
-    for host, runs in by_host.items():
-        number: dict[tuple[tuple[str, str], ...], int] = {}
-        members: dict[int, list[raw_reader.Run]] = {}
-        for run in runs:
-            ident = cpu_identity(run.meta.get("machine") or {})
-            n = 1 if ident is None else number.setdefault(ident, len(number) + 1)
-            keys[run.host, run.run_id] = host if n == 1 else f"{host}#{n}"
-            if ident is not None:
-                members.setdefault(n, []).append(run)
-        if len(number) > 1:
-            warnings[host] = _host_warning(host, members)
-    return keys, warnings
-
-
-def _host_warning(host: str, members: Mapping[int, Sequence[raw_reader.Run]]) -> str:
-    """The warning of a label on several CPUs (``members``: CPU number -> its runs)."""
-
-    def count(n: int) -> str:
-        return f"{n} run{'s' if n > 1 else ''}"
-
-    machines = {n: runs[0].meta.get("machine") or {} for n, runs in members.items()}
-    if not any(isinstance(m.get("cpu"), dict) and m["cpu"] for m in machines.values()):
-        # Only model names to compare (runs recorded before machine.cpu): the wording
-        # the report has always used for them.
-        listed = ", ".join(
-            f"{m.get('cpu_model')} ({count(len(members[n]))})"
-            for n, m in sorted(machines.items(), key=lambda item: str(item[1].get("cpu_model")))
-        )
-        return f"host label {host} has runs on {len(members)} CPU models: {listed}"
-    listed = ", ".join(
-        f"{host if n == 1 else f'{host}#{n}'} = {_describe_cpu(machines[n])} in "
-        f"{count(len(members[n]))}"
-        for n in sorted(members)
-    )
-    return f"host label {host} holds runs on {len(members)} CPUs, kept apart: {listed}"
-
-
-def host_key_of(host: str, note: object) -> str:
-    """The host key of a ``runs`` row: its CPU's (:data:`CPU_TAG` in ``note``) or ``host``.
-
-    Parameters
-    ----------
-    host, note
-        The row's ``host`` and ``note``.
-
-    Returns
-    -------
-    str
-        ``host`` or ``host#n``.
-    """
-    if isinstance(note, str) and CPU_TAG in note:
-        tag = note.rpartition(CPU_TAG)[2]
-        if tag == host or tag.startswith(f"{host}#"):
-            return tag
-    return host
 
 
 def release_digests(raw: raw_reader.RawData) -> dict[str, dict[str, int]]:
@@ -370,7 +236,9 @@ def _note(run: raw_reader.Run, kind: str, headline: bool, has_full: bool) -> str
 
 
 def runs_table(
-    raw: raw_reader.RawData, git_states: Mapping[str, str] | None = None
+    raw: raw_reader.RawData,
+    git_states: Mapping[str, str] | None = None,
+    cpus: tuple[dict[tuple[str, str], str], dict[str, str]] | None = None,
 ) -> pd.DataFrame:
     """The ``runs`` table: one row per run found (see the module docstring).
 
@@ -382,13 +250,18 @@ def runs_table(
     git_states
         ``{"<host>/<run_id>": state}`` (``committed``, ``modified``, ``untracked``,
         ``no git``), found by :mod:`kvqueue.report.processed_build`; missing: the column is empty.
+    cpus
+        :func:`host_cpus` of every run of the raw data, of any kind, so that a label is
+        split (and named) when its second CPU holds only history, policy or counts runs
+        (default: of ``raw``'s runs).
 
     Returns
     -------
     pandas.DataFrame
     """
-    heads = headline_runs(raw)
-    host_keys, host_warnings = host_cpus(raw)
+    cpus = cpus or host_cpus(raw)
+    heads = headline_runs(raw, cpus)
+    host_keys, host_warnings = cpus[0], dict(cpus[1])
     # HOST=x and HOST=X are two folders and two hosts: most likely one machine typed twice.
     by_fold: dict[str, set[str]] = {}
     for r in raw.runs:
@@ -705,6 +578,7 @@ def analyze(
     settings: ReportSettings,
     git_states: Mapping[str, str] | None = None,
     per_run: Callable[[raw_reader.Run], dict[str, pd.DataFrame]] | None = None,
+    cpus: tuple[dict[tuple[str, str], str], dict[str, str]] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Compute every processed table from checked raw runs (no I/O).
 
@@ -723,6 +597,9 @@ def analyze(
         Git state of each run folder (see :func:`runs_table`).
     per_run
         ``run -> analyze_run(run, settings)`` or a cached equal of it (default: compute).
+    cpus
+        :func:`host_cpus` of every run (default: computed here over every kind of
+        ``raw``: one numbering of a label's CPUs for every question).
 
     Returns
     -------
@@ -733,7 +610,7 @@ def analyze(
     # The A/B tables (headline, A/A coverage, precision) read bench runs only: a history
     # run pairs releases of its own choosing and a policy run returns different blocks.
     raw = everything.of_kind(schema.KIND_BENCH)
-    runs = runs_table(raw, git_states)
+    runs = runs_table(raw, git_states, cpus or host_cpus(everything))
     variants = variants_table(raw)
     headline_runs = runs.loc[runs["headline"].fillna(False), ["host", "run_id"]]
     headline_ids = set(headline_runs.itertuples(index=False, name=None))

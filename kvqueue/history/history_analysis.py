@@ -25,7 +25,10 @@ Tables ``history`` and ``history_steps`` (schema.PROCESSED_TABLES). The ``headli
 per host x interpreter, which the report shows (:mod:`kvqueue.history.history_present`), is the
 newest *full* history (releases not given, the default cases and pools): a later
 ``RELEASES="0.31.0 0.32.0"`` or ``CASES=alloc1`` run does not replace it. Without a full
-one, the newest reduced run is shown, and the text says what it left out.
+one, the newest reduced run is shown, and the text says what it left out. A *host* is
+one CPU under one label (:mod:`kvqueue.rawdata.host_keys`): the ``host`` column holds the
+run's host key (``label``, or ``label#2`` for runs on the label's second CPU), so a
+history on one CPU never supersedes one on another.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.params.history_params import HISTORY_DEFAULTS
-from kvqueue.rawdata import raw_reader
+from kvqueue.rawdata import host_keys, raw_reader
 from kvqueue.sources.versions import step_range
 from kvqueue.stats import paired_stats
 
@@ -71,11 +74,11 @@ def reduced(meta: Mapping[str, Any]) -> str:
     return "; ".join(out)
 
 
-def _headline_ids(runs: list[raw_reader.Run]) -> set[str]:
-    """Per host x interpreter: the newest full history, else the newest reduced one."""
+def _headline_ids(runs: list[raw_reader.Run], keys: host_keys.HostKeys) -> set[str]:
+    """Per host key x interpreter: the newest full history, else the newest reduced one."""
     best: dict[tuple[str, str], tuple[bool, str, str]] = {}
     for run in runs:
-        key = (run.host, run.interpreter)
+        key = (host_keys.host_key(keys, run.host, run.run_id), run.interpreter)
         rank = (not reduced(run.meta), str(run.meta.get("started_at")), run.run_id)
         if key not in best or rank > best[key]:
             best[key] = rank
@@ -83,11 +86,19 @@ def _headline_ids(runs: list[raw_reader.Run]) -> set[str]:
 
 
 def analyze(
-    raw: raw_reader.RawData, confidence: float = paired_stats.DEFAULT_CONFIDENCE
+    raw: raw_reader.RawData,
+    confidence: float = paired_stats.DEFAULT_CONFIDENCE,
+    keys: host_keys.HostKeys | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Compute ``history`` and ``history_steps`` from the included history runs."""
+    """Compute ``history`` and ``history_steps`` from the included history runs.
+
+    ``keys``: the host key of every run (:func:`kvqueue.rawdata.host_keys.host_cpus` of
+    every run of the raw data; default: of ``raw``'s runs, any kind).
+    """
+    if keys is None:
+        keys = host_keys.host_cpus(raw)[0]
     runs = [r for r in raw.of_kind(schema.KIND_HISTORY).included if _versions(r.meta)]
-    headline = _headline_ids(runs)
+    headline = _headline_ids(runs, keys)
     rows: list[dict[str, Any]] = []
     steps: list[dict[str, Any]] = []
     for run in runs:
@@ -100,7 +111,7 @@ def analyze(
         medians = paired_stats.process_medians(main, by=["case", "pool"])
         run_reduced = reduced(run.meta)
         ident = {
-            "host": run.host,
+            "host": host_keys.host_key(keys, run.host, run.run_id),
             "interpreter": run.interpreter,
             "run_id": run.run_id,
             "headline": run.run_id in headline,

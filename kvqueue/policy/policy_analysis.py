@@ -48,7 +48,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.params import policy_params
 from kvqueue.params.report_params import ReportSettings
-from kvqueue.rawdata import integrity, raw_reader
+from kvqueue.rawdata import host_keys, integrity, raw_reader
 from kvqueue.stats import paired_stats
 
 LRU = "lru"
@@ -482,17 +482,26 @@ def _interpreter(meta: dict[str, Any]) -> str:
     return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
 
 
-def analyze(runs: Sequence[dict[str, Any]], settings: ReportSettings | None = None) -> pd.DataFrame:
+def analyze(
+    runs: Sequence[dict[str, Any]],
+    settings: ReportSettings | None = None,
+    keys: host_keys.HostKeys | None = None,
+) -> pd.DataFrame:
     """The processed ``policy`` table of the runs :func:`read_runs` read, long format
     (columns :data:`TABLE_COLUMNS`); ``headline`` marks the newest run per host ×
-    interpreter × variant."""
+    interpreter × variant × regime.
+
+    A host is one CPU under one label: ``host`` holds the run's host key from ``keys``
+    (:func:`kvqueue.rawdata.host_keys.host_cpus` of every run; without it, the label),
+    so a run on one CPU never supersedes a run on another."""
     settings = settings or ReportSettings()
     rows = []
-    newest: dict[tuple[str, str, str], str] = {}
+    newest: dict[tuple[str, str, str, str], str] = {}
     for run in runs:
         meta = run["meta"]
+        host = host_keys.host_key(keys, str(meta["host"]), str(meta["run_id"]))
         variant = str(meta["parameters"].get("variant", meta["variants"][0].get("source")))
-        key = (meta["host"], _interpreter(meta), variant, _regime_key(meta))
+        key = (host, _interpreter(meta), variant, _regime_key(meta))
         stamp = f"{meta.get('started_at', '')}|{meta['run_id']}"
         newest[key] = max(newest.get(key, ""), stamp)
         windows = dict(zip(run["rows"]["policy"], run["rows"]["window"], strict=True))
@@ -510,7 +519,7 @@ def analyze(runs: Sequence[dict[str, Any]], settings: ReportSettings | None = No
         for r in metrics:
             rows.append(
                 {
-                    "host": meta["host"],
+                    "host": host,
                     "interpreter": _interpreter(meta),
                     "run_id": meta["run_id"],
                     "variant": variant,

@@ -19,7 +19,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.params import bench_params, history_params, policy_params
-from kvqueue.rawdata import raw_reader
+from kvqueue.rawdata import host_keys, raw_reader
 
 HEADLINE, SHOWN, LEFT_OUT = "headline", "shown", "left out"
 #: A history, policy or counts run that a newer one of the same kind and key replaces:
@@ -116,6 +116,7 @@ def ledger(
     policy: pd.DataFrame,
     problems: Mapping[str, str] | None = None,
     counts: pd.DataFrame | None = None,
+    cpus: tuple[Mapping[tuple[str, str], str], Mapping[str, str]] | None = None,
 ) -> pd.DataFrame:
     """One row per run folder found (see the module docstring).
 
@@ -135,6 +136,11 @@ def ledger(
     counts
         The counts runs' rows that the report shows (``host``, ``run_id``): those runs
         are *headline*, other counts runs *shown*.
+    cpus
+        :func:`kvqueue.rawdata.host_keys.host_cpus` of every run (default: of ``raw``):
+        the history, policy and counts tables name a run by its host key (``label#2`` on
+        the label's second CPU); such a run's reason names its CPU and the label's
+        warning (a bench run's note, from the ``runs`` table, does already).
 
     Returns
     -------
@@ -143,6 +149,7 @@ def ledger(
         and run id.
     """
     problems = dict(problems or {})
+    keys, warnings = cpus or host_keys.host_cpus(raw)
     notes = {(r.host, r.run_id): (bool(r.headline), str(r.note)) for r in runs.itertuples()}
     heads: dict[str, set[tuple[str, str]]] = {}
     for kind, table in ((schema.KIND_HISTORY, history), (schema.KIND_POLICY, policy)):
@@ -165,9 +172,12 @@ def ledger(
             headline, note = notes.get(key, (False, ""))
             use, reason = (HEADLINE if headline else SHOWN), note
         else:
-            headline = key in heads.get(run.kind, set())
+            shown_as = (host_keys.host_key(keys, run.host, run.run_id), run.run_id)
+            headline = shown_as in heads.get(run.kind, set())
             use = HEADLINE if headline else SUPERSEDED
             reason = f"newest {run.kind} run" if headline else _SUPERSEDED_BY[run.kind]
+            if run.host in warnings:
+                reason += f"{host_keys.CPU_TAG}{shown_as[0]} ({warnings[run.host]})"
         target, executable, assigned = make_command(run.meta)
         rows.append(
             {

@@ -26,7 +26,7 @@ from kvqueue.history import history_analysis
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.policy import policy_analysis
 from kvqueue.processed import store
-from kvqueue.rawdata import git_state, raw_reader, run_ledger
+from kvqueue.rawdata import git_state, host_keys, raw_reader, run_ledger
 from kvqueue.report import run_cache
 from kvqueue.stats import count_figures
 
@@ -146,14 +146,18 @@ def build(
         f"({time.perf_counter() - started:.1f} s)"
     )
 
+    # One HOST label = one CPU: a label's CPUs numbered once, over its runs of every
+    # kind, and every question keyed on that host key.
+    cpus = host_keys.host_cpus(raw)
+
     # Analyse, per question, the runs the reader included.
     per_run = run_cache.cached_run_analysis(processed_dir, settings, code, say, ahead)
-    tables = ab_analysis.analyze(raw, settings, git, per_run)
-    tables.update(history_analysis.analyze(raw, settings.confidence))
+    tables = ab_analysis.analyze(raw, settings, git, per_run, cpus)
+    tables.update(history_analysis.analyze(raw, settings.confidence, cpus[0]))
     policy_runs, problems = policy_analysis.read_runs(raw.of_kind(schema.KIND_POLICY).included)
-    tables["policy"] = policy_analysis.analyze(policy_runs, settings)
+    tables["policy"] = policy_analysis.analyze(policy_runs, settings, cpus[0])
     count_tables, count_problems = count_figures.analyze(
-        raw.of_kind(schema.KIND_COUNTS).included, settings.pairs
+        raw.of_kind(schema.KIND_COUNTS).included, settings.pairs, cpus[0]
     )
     tables.update(count_tables)
     problems.update(count_problems)
@@ -166,6 +170,7 @@ def build(
         tables["policy"],
         problems,
         counts=pd.concat([tables["count_pairs"], tables["count_steps"]]),
+        cpus=cpus,
     )
 
     # Write.

@@ -19,6 +19,7 @@ pandas); the readers below build the report's tables from the counts runs on dis
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.rawdata import integrity
+from kvqueue.rawdata import host_keys, integrity
 from kvqueue.sources.versions import step_range
 
 #: Weights of L1 hits, last-level hits and RAM accesses in estimated cycles.
@@ -164,11 +165,19 @@ def table(counts: Sequence[CellCount], pairs: Sequence[tuple[str, str]]) -> list
 
 @dataclass(frozen=True)
 class CountRun:
-    """One counts run folder: its ``run.json`` and its ``counts.csv`` rows."""
+    """One counts run folder: its ``run.json`` and its ``counts.csv`` rows; ``host``: its
+    host key (the label, or ``label#n`` on the label's *n*-th CPU,
+    :mod:`kvqueue.rawdata.host_keys`)."""
 
     path: Path
     meta: dict[str, Any]
     rows: list[dict[str, str]]
+    host: str = ""
+
+    @property
+    def host_key(self) -> str:
+        """The host the tables name: :attr:`host`, else the label of ``run.json``."""
+        return self.host or str(self.meta["host"])
 
     @property
     def interpreter(self) -> str:
@@ -214,7 +223,7 @@ def counts_frame(runs: Sequence[CountRun]) -> pd.DataFrame:
         for c in per_op(run.rows):
             out.append(
                 {
-                    "host": run.meta["host"],
+                    "host": run.host_key,
                     "interpreter": run.interpreter,
                     "run_id": run.meta["run_id"],
                     "question": run.meta.get(schema.QUESTION_KEY, "ab"),
@@ -318,7 +327,9 @@ def history_steps(
 
 
 def analyze(
-    included: Iterable[Any], pairs: Sequence[tuple[str, str]]
+    included: Iterable[Any],
+    pairs: Sequence[tuple[str, str]],
+    keys: host_keys.HostKeys | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
     """The processed ``counts``, ``count_pairs`` and ``count_steps`` tables of the counts
     runs the raw-data reader included (:class:`kvqueue.rawdata.raw_reader.Run`: ``path``,
@@ -327,7 +338,10 @@ def analyze(
 
     ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
     run also compares every variant with its baseline. ``count_steps`` holds the newest
-    history counts run per host × interpreter × newest version.
+    history counts run per host × interpreter × newest version. A host is one CPU under
+    one label: ``keys`` (:func:`kvqueue.rawdata.host_keys.host_cpus` of every run; without
+    it, the label) gives each run's host key, so a run on one CPU never replaces a run on
+    another.
     """
     runs: list[CountRun] = []
     left: dict[str, str] = {}
@@ -337,7 +351,8 @@ def analyze(
         if isinstance(got, str):
             left[f"{run.host}/{run.run_id}"] = got
         else:
-            runs.append(got)
+            key = host_keys.host_key(keys, str(run.host), str(run.run_id))
+            runs.append(dataclasses.replace(got, host=key))
     frame = counts_frame(runs)
     ab = newest_ab(frame)
     wanted = list(pairs)
@@ -353,7 +368,7 @@ def analyze(
     for run in sorted(runs, key=lambda r: str(r.meta["run_id"])):
         if run.meta.get(schema.QUESTION_KEY) == "history":
             found = list(reversed((run.meta.get(schema.HISTORY_KEY) or {})["versions"]))
-            key = (str(run.meta["host"]), run.interpreter, found[-1]["label"] if found else "")
+            key = (run.host_key, run.interpreter, found[-1]["label"] if found else "")
             versions.pop(newest.get(key, ""), None)
             newest[key] = str(run.meta["run_id"])
             versions[newest[key]] = found
