@@ -74,7 +74,7 @@ def reduced(meta: Mapping[str, Any]) -> str:
     return "; ".join(out)
 
 
-def _headline_ids(runs: list[raw_reader.Run], keys: host_keys.HostKeys) -> set[str]:
+def _headline_ids(runs: list[raw_reader.Run], keys: host_keys.HostKeys | None = None) -> set[str]:
     """Per host key x interpreter: the newest full history, else the newest reduced one."""
     best: dict[tuple[str, str], tuple[bool, str, str]] = {}
     for run in runs:
