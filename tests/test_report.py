@@ -95,6 +95,7 @@ def _report(raw: Path, root: Path, *extra: str) -> Path:
 #: fixture holds queue runs only; tests/test_pool_subject.py renders a pool report).
 SHOWN = {name: spec for name, spec in figures.FIGURES.items() if name != "forest_pool"}
 
+
 @pytest.fixture(scope="module")
 def fixture_raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = tmp_path_factory.mktemp("raw")
