@@ -386,7 +386,7 @@ def test_a_history_run_names_its_kind_records_invalid_use_and_sizes_its_steps(
 
     listing, _ = releases
     found = history_collect.plan(listing=listing, progress=io.StringIO())
-    monkeypatch.setattr(history_collect, "plan", lambda releases=None: found)
+    monkeypatch.setattr(history_collect, "plan", lambda releases=None, subject="queue": found)
     python = {"executable": "python3", "version": "3.11.7", "tag": "cpython-311"}
     monkeypatch.setattr(
         interpreter_checks, "check", lambda bench, announce="": bench_params.Checked(bench, python)

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.params.history_params import HISTORY_DEFAULTS
+from kvqueue.params.history_params import history_defaults
 from kvqueue.rawdata import host_keys, raw_reader
 from kvqueue.sources.versions import step_range
 from kvqueue.stats import paired_stats
@@ -66,19 +66,22 @@ def reduced(meta: Mapping[str, Any]) -> str:
     """What a history run left out of the full history ('' for a full one)."""
     hist = meta.get(schema.HISTORY_KEY) or {}
     given = meta.get("parameters") or {}
+    defaults = history_defaults(given.get("subject"))
     out = ["releases given"] if hist.get("releases_given") else []
     for name in ("cases", "pools"):
         have = [str(x) for x in given.get(name) or ()]
-        if not {str(x) for x in HISTORY_DEFAULTS[name]} <= set(have):
+        if not {str(x) for x in defaults[name]} <= set(have):
             out.append(f"{name} {' '.join(have)}")
     return "; ".join(out)
 
 
 def _headline_ids(runs: list[raw_reader.Run], keys: host_keys.HostKeys | None = None) -> set[str]:
-    """Per host key x interpreter: the newest full history, else the newest reduced one."""
-    best: dict[tuple[str, str], tuple[bool, str, str]] = {}
+    """Per host key x interpreter x subject (the queue's history and the pool's are two
+    answers): the newest full history, else the newest reduced one."""
+    best: dict[tuple[str, str, str], tuple[bool, str, str]] = {}
     for run in runs:
-        key = (host_keys.host_key(keys, run.host, run.run_id), run.interpreter)
+        subject = str((run.meta.get("parameters") or {}).get("subject") or schema.SUBJECT_QUEUE)
+        key = (host_keys.host_key(keys, run.host, run.run_id), run.interpreter, subject)
         rank = (not reduced(run.meta), str(run.meta.get("started_at")), run.run_id)
         if key not in best or rank > best[key]:
             best[key] = rank
@@ -209,11 +212,13 @@ def benjamini_hochberg(p_values: Sequence[float], q: float) -> list[bool]:
 
 def discoveries(steps: list[dict[str, Any]], q: float) -> list[dict[str, Any]]:
     """``steps`` with ``significant``: the interval excludes 0 and the cell holds up under
-    :func:`benjamini_hochberg` over its answer's tests (the headline runs together, any
-    other run alone)."""
+    :func:`benjamini_hochberg` over its answer's tests (the headline runs of a subject
+    together, any other run alone)."""
     families: dict[str, list[int]] = {}
     for i, s in enumerate(steps):
-        families.setdefault("" if s["headline"] else s["run_id"], []).append(i)
+        # The queue's history and the pool's answer two questions: two families.
+        answer = "pool" if str(s.get("from_version", "")).startswith(schema.POOL_LABEL_PREFIX) else ""
+        families.setdefault(answer if s["headline"] else s["run_id"], []).append(i)
     significant = [False] * len(steps)
     for members in families.values():
         kept = benjamini_hochberg([steps[i]["p_value"] for i in members], q)

@@ -43,12 +43,13 @@ from kvqueue.history import history_sizing
 from kvqueue.measure import counts_run, interpreter_checks, runner
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.rawdata import raw_reader
-from kvqueue.sources import cache_paths, loader
+from kvqueue.sources import cache_paths, loader, pool_loader
 from kvqueue.sources.fetch_errors import FetchError, ModuleMissing, NoReadableWheel
 from kvqueue.sources.package_index import IndexFile, list_releases
 from kvqueue.sources.release_cache import MEMBER
-from kvqueue.sources.release_fetch import fetch_release
+from kvqueue.sources.release_fetch import fetch_members, fetch_release
 from kvqueue.sources.versions import is_version, version_key
+from kvqueue.subjects import pool_api
 
 #: The pairing the report's step table uses (stated in run.json and the report).
 PAIRING = (
@@ -71,6 +72,9 @@ class Version:
     #: Its releases are not consecutive among the probed ones (A, B, A: a change that
     #: was reverted); the report's step labels then name the other releases too.
     non_consecutive: bool = False
+    #: The label prefix of its subject (:data:`kvqueue.schema.POOL_LABEL_PREFIX` for a
+    #: ``BlockPool`` history, whose key is the pool's code: ``PoolVariant.code_sha256``).
+    prefix: str = ""
 
     @property
     def newest(self) -> str:
@@ -87,10 +91,15 @@ class Version:
         """The variant source string of the version."""
         return f"vllm=={self.newest}"
 
+    @property
+    def label(self) -> str:
+        """The variant label the run gives it (``pool:vllm==X`` in a pool history)."""
+        return self.prefix + self.source
+
     def record(self) -> dict[str, Any]:
         """JSON-ready entry of ``run.json["history"]["versions"]``."""
         return {
-            "label": self.source,
+            "label": self.label,
             "key": self.key,
             "queue_class_sha256": self.queue_sha256,
             "block_class_sha256": self.block_sha256,
@@ -137,10 +146,46 @@ def _probe(release: str, files: list[IndexFile] | None) -> loader.Variant:
     return variant
 
 
+def _queue_version(variant: loader.Variant) -> Version:
+    """The version of a loaded queue (its releases not filled in)."""
+    return Version(
+        key=version_key_of(variant.queue_src.text, variant.block_src.text),
+        queue_sha256=variant.queue_src.sha256,
+        block_sha256=variant.block_src.sha256,
+        adapter=variant.adapter,
+        missing=variant.missing,
+        structure=variant.structure,
+    )
+
+
+#: The first release whose ``BlockPool`` the pool loader reads (older ones are refused).
+FIRST_POOL_RELEASE = "0.10.0"
+
+
+def _probe_pool(release: str, files: list[IndexFile] | None) -> Version:
+    """Fetch one release's pool members and load its ``BlockPool`` (no timing); its
+    version, keyed by the code the pool runs (:attr:`PoolVariant.code_sha256`)."""
+    fetch_members(release, files=files)
+    try:
+        pool = pool_loader.load_pool(f"vllm=={release}")
+        adaptations = pool_api.pool_api(pool.pool_cls, pool.utils).adaptations
+    except (pool_loader.PoolSourceError, pool_api.PoolAPIError) as exc:
+        raise loader.SourceError(str(exc)) from None
+    return Version(
+        key=pool.code_sha256,
+        queue_sha256=pool.code_sha256,
+        block_sha256="",
+        adapter=", ".join(adaptations) or None,
+        structure=loader.STRUCTURE_SENTINELS,
+        prefix=schema.POOL_LABEL_PREFIX,
+    )
+
+
 def plan(
     releases: Sequence[str] | None = None,
     listing: Mapping[str, list[IndexFile]] | None = None,
     progress: Any = None,
+    subject: str = schema.SUBJECT_QUEUE,
 ) -> Plan:
     """Find the releases to time and group them into distinct versions.
 
@@ -153,6 +198,10 @@ def plan(
         ``list_releases()`` (read here by default).
     progress
         A file for one line per release (default: stderr).
+    subject
+        :data:`kvqueue.schema.SUBJECT_QUEUE` (the queue and block classes) or
+        :data:`~kvqueue.schema.SUBJECT_POOL` (the ``BlockPool`` and what it runs of its
+        release, from :data:`FIRST_POOL_RELEASE` on).
 
     Returns
     -------
@@ -177,14 +226,29 @@ def plan(
         order = [v for v in order if not _is_prerelease(v)]
     else:
         order = sorted(dict.fromkeys(releases), key=version_key, reverse=True)
+    pool = subject == schema.SUBJECT_POOL
     versions: dict[str, Version] = {}
     skipped: list[dict[str, str]] = []
     probed: list[str] = []
     last_key: str | None = None  # the version of the previous release that loaded
     for index, release in enumerate(order):
+        if pool and version_key(release) < version_key(FIRST_POOL_RELEASE):
+            if given:
+                raise BenchInputError(
+                    f"vllm=={release}: the pool loader reads releases from {FIRST_POOL_RELEASE} on"
+                )
+            skipped.append(
+                {
+                    "release": f"{order[-1]} .. {release}",
+                    "reason": f"not probed: older than {FIRST_POOL_RELEASE}, the first "
+                    "release the pool loader reads",
+                }
+            )
+            break
         probed.append(release)
         try:
-            variant = _probe(release, listing.get(release))
+            files = listing.get(release)
+            found = _probe_pool(release, files) if pool else _queue_version(_probe(release, files))
         except (ModuleMissing, loader.SourceError, NoReadableWheel) as exc:
             reason = str(exc)
             # Given releases are the user's choice: a class that fails to load stops the
@@ -206,16 +270,8 @@ def plan(
             continue
         except FetchError as exc:
             raise BenchInputError(f"vllm=={release}: {exc}") from None
-        key = version_key_of(variant.queue_src.text, variant.block_src.text)
-        if key not in versions:
-            versions[key] = Version(
-                key=key,
-                queue_sha256=variant.queue_src.sha256,
-                block_sha256=variant.block_src.sha256,
-                adapter=variant.adapter,
-                missing=variant.missing,
-                structure=variant.structure,
-            )
+        key = found.key
+        versions.setdefault(key, found)
         if versions[key].releases and last_key != key:
             versions[key].non_consecutive = True  # A, B, A: came back after another version
         versions[key].releases.append(release)
@@ -223,17 +279,21 @@ def plan(
     ordered = sorted(versions.values(), key=lambda v: version_key(v.newest), reverse=True)
     if len(ordered) < 2:
         raise BenchInputError(
-            f"a history needs at least two distinct versions of the queue; found {len(ordered)}"
+            f"a history needs at least two distinct versions of the {subject}; found {len(ordered)}"
         )
     for number, version in enumerate(ordered, start=1):
         shared = ", ".join(sorted(version.releases, key=version_key))
         notes = [f"adapter {version.adapter}"] if version.adapter else []
         notes += [f"no {'/'.join(version.missing)}"] if version.missing else []
         notes += [version.structure] if version.structure != loader.STRUCTURE_SENTINELS else []
+        digests = (
+            f"pool code {version.queue_sha256[:8]}"
+            if pool
+            else f"queue {version.queue_sha256[:8]}, block {version.block_sha256[:8]}"
+        )
         print(
-            f"history: version {number}/{len(ordered)}: {version.source} "
-            f"(releases {shared}; queue {version.queue_sha256[:8]}, block "
-            f"{version.block_sha256[:8]}{'; ' + ', '.join(notes) if notes else ''})",
+            f"history: version {number}/{len(ordered)}: {version.label} "
+            f"(releases {shared}; {digests}{'; ' + ', '.join(notes) if notes else ''})",
             file=out,
             flush=True,
         )
@@ -288,6 +348,35 @@ def own_version_record(variant: loader.Variant) -> dict[str, Any]:
     }
 
 
+def _own_version(newest: str, subject: str) -> dict[str, Any]:
+    """``NEWEST``'s version record (:func:`own_version_record`; a pool's keyed by its
+    code), or one line naming what cannot be read."""
+    if subject != schema.SUBJECT_POOL:
+        try:
+            (variant,) = loader.load_variants([newest], block_mode="own")
+        except loader.SourceError as exc:
+            raise BenchInputError(f"NEWEST: {exc}") from None
+        return own_version_record(variant)
+    try:
+        pool = pool_loader.load_pool(newest)
+    except pool_loader.PoolSourceError as exc:
+        raise BenchInputError(f"NEWEST: {exc}") from None
+    label = schema.variant_labels([newest], schema.POOL_LABEL_PREFIX)[0]
+    return {
+        "label": label,
+        "source": pool.source,
+        "key": pool.code_sha256,
+        "queue_class_sha256": pool.code_sha256,
+        "block_class_sha256": "",
+        "releases": [],
+        "first_release": None,
+        "adapter": None,
+        "missing_methods": [],
+        "structure": loader.STRUCTURE_SENTINELS,
+        "non_consecutive": False,
+    }
+
+
 def run_history(
     bench: BenchParams,
     releases: Sequence[str] | None,
@@ -312,21 +401,18 @@ def run_history(
     Path
         The run folder.
     """
-    own = None
+    own: dict[str, Any] | None = None
     if newest is not None:
         # Read before the plan (which lists and fetches releases): a source that cannot
         # be read is bad input, one line, nothing fetched or written.
-        try:
-            (own,) = loader.load_variants([newest], block_mode="own")
-        except loader.SourceError as exc:
-            raise BenchInputError(f"NEWEST: {exc}") from None
-    found = plan(releases)
+        own = _own_version(newest, bench.subject)
+    found = plan(releases, subject=bench.subject)
     sources = tuple(v.source for v in found.versions)
     record = found.record()
     if newest is not None and own is not None:
         # The user's source is the newest point: first (the baseline every version is
         # paired with) and the last step of the history. Its gate is the bench's.
-        record["versions"].insert(0, own_version_record(own))
+        record["versions"].insert(0, own)
         sources = (newest, *sources)
     bench = replace(bench, variants=sources)
     checked = interpreter_checks.check(bench, announce)
@@ -352,10 +438,10 @@ def run_history(
 
 
 # ------------------------------------------------------------------ make diffs
-def history_releases(raw_dir: Path | str) -> list[str]:
+def history_releases(raw_dir: Path | str, pool: bool = False) -> list[str]:
     """One release per distinct version of every history run (timed or counted) under
     ``raw_dir``, oldest first: the releases whose text the step diffs show (the
-    releases of one version share it).
+    releases of one version share it). ``pool``: of the ``BlockPool`` histories only.
 
     Raises
     ------
@@ -371,15 +457,16 @@ def history_releases(raw_dir: Path | str) -> list[str]:
         except raw_reader.RawDataError:
             continue  # the report names it; it has no diff to show
         for version in (meta.get(schema.HISTORY_KEY) or {}).get("versions", []):
-            if version.get("releases"):
-                first.setdefault(str(version["label"]), str(version["releases"][0]))
+            label = str(version["label"])
+            if version.get("releases") and (not pool or label.startswith(schema.POOL_LABEL_PREFIX)):
+                first.setdefault(label, str(version["releases"][0]))
     return sorted(set(first.values()), key=version_key)
 
 
 def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = print) -> int:
     """Fetch into the release cache every release :func:`history_releases` names that is
-    not cached yet (each checked against its wheel's RECORD); return how many were
-    fetched.
+    not cached yet (each checked against its wheel's RECORD; a ``BlockPool`` history's
+    with its ``block_pool.py``); return how many were fetched.
 
     Raises
     ------
@@ -388,10 +475,20 @@ def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = pri
         unreachable), with its one-line reason.
     """
     releases = history_releases(raw_dir)
-    missing = [r for r in releases if not cache_paths.cached_path(r).is_file()]
+    pools = set(history_releases(raw_dir, pool=True))
+    pool_member = "vllm/v1/core/block_pool.py"
+    missing = [
+        r
+        for r in releases
+        if not cache_paths.cached_path(r).is_file()
+        or (r in pools and not cache_paths.member_cached_path(r, pool_member).is_file())
+    ]
     started = time.perf_counter()
     for k, release in enumerate(missing, 1):
-        fetch_release(release)
+        if release in pools:
+            fetch_members(release)
+        else:
+            fetch_release(release)
         say(f"diffs: {release} cached ({k}/{len(missing)})")
     say(
         f"diffs: {len(releases)} releases of the history runs in {raw_dir} are cached "

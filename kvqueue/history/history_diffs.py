@@ -1,5 +1,6 @@
 """What changed at a history step: a short unified diff of the queue and block classes of
-two releases, read from the local release cache at report time.
+two releases (of a ``BlockPool`` history: ``block_pool.py`` too), read from the local
+release cache at report time.
 
 The cached files are vLLM source (:mod:`kvqueue.sources.cache_paths` gives their path rule); the
 diff is computed when the report is built and written only into the git-ignored
@@ -21,6 +22,8 @@ from kvqueue.sources import cache_paths
 
 #: The classes whose text a history step compares: the queue and the block it links.
 CLASSES = ("KVCacheBlock", "FreeKVCacheBlockQueue")
+#: The pool's own file, diffed whole before the classes in a ``BlockPool`` history.
+POOL_MEMBER = "vllm/v1/core/block_pool.py"
 #: Most diff lines shown per step: a rewrite (0.9.2 -> 0.10.0 replaces the queue) would
 #: otherwise fill the writeup; the rest is counted.
 MAX_LINES = 40
@@ -60,12 +63,17 @@ def class_texts(text: str) -> dict[str, str]:
     return out
 
 
-def _read(release: str, cache: Path | None) -> str | None:
-    path = (
-        cache_paths.cached_path(release)
-        if cache is None
-        else cache / f"vllm-{release}" / cache_paths.MODULE_NAME
-    )
+def compared(pool: bool) -> str:
+    """What a step's diff compares, in Markdown."""
+    classes = " and ".join(f"`{c}`" for c in CLASSES)
+    return f"`block_pool.py`, {classes}" if pool else classes
+
+
+def _read(release: str, cache: Path | None, member: str = cache_paths.MODULE_NAME) -> str | None:
+    if cache is None:
+        path = cache_paths.member_cached_path(release, member)
+    else:
+        path = cache / f"vllm-{release}" / member.rsplit("/", 1)[-1]
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
@@ -89,8 +97,10 @@ def step_diff(
     *,
     cache: Path | None = None,
     max_lines: int = MAX_LINES,
+    pool: bool = False,
 ) -> str:
-    """The diff of :data:`CLASSES` between two history versions, as Markdown.
+    """The diff of :data:`CLASSES` (``pool``: :data:`POOL_MEMBER` first) between two
+    history versions, as Markdown.
 
     Parameters
     ----------
@@ -118,6 +128,21 @@ def step_diff(
         texts.append(class_texts(text))
         names.append(release)
     diff: list[str] = []
+    if pool:
+        pools = [_read(name, cache, POOL_MEMBER) for name in names]
+        if None in pools:
+            missing = names[pools.index(None)]
+            return f"`{missing}`: block_pool.py {NOT_CACHED}."
+        diff += [
+            line.rstrip("\n")
+            for line in difflib.unified_diff(
+                str(pools[0]).splitlines(keepends=True),
+                str(pools[1]).splitlines(keepends=True),
+                f"{names[0]}: block_pool.py",
+                f"{names[1]}: block_pool.py",
+                n=1,
+            )
+        ]
     for name in CLASSES:
         a, b = texts[0].get(name, ""), texts[1].get(name, "")
         diff += [
@@ -131,7 +156,7 @@ def step_diff(
             )
         ]
     if not diff:
-        return "No difference in the text of these two classes."
+        return f"No difference in the text of {'these files' if pool else 'these two classes'}."
     shown = diff[:max_lines]
     more = len(diff) - len(shown)
     tail = f"\n\n… {more} more diff lines" if more else ""

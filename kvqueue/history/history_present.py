@@ -126,6 +126,8 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
     adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
     lo, hi = n_versions.min(), n_versions.max()
     count = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    if str(head["version"].iloc[0]).startswith(schema.POOL_LABEL_PREFIX):
+        return _pool_note(head, count)
     text = (
         f"Each distinct (queue class, block class) version of the vLLM releases, "
         f"{count} per interpreter, timed in every process "
@@ -152,6 +154,46 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
             f"reduced one ({r.reduced})."
         )
     return text
+
+
+def _pool_note(head: pd.DataFrame, count: str) -> str:
+    """The method note of a ``BlockPool`` release history."""
+    text = (
+        f"Each distinct `BlockPool` version of the vLLM releases ({count} per interpreter): "
+        "releases whose `block_pool.py`, the definitions it uses from `kv_cache_utils.py` "
+        "(the queue, the block, the hash helpers) and `kv_cache_metrics.py` are "
+        "byte-identical are one version, timed under its newest release. Every process "
+        "times every version, each as its release runs it (its own queue and block), on "
+        "a fresh pool per version and case, through the calls vLLM's KV-cache manager "
+        "makes (`kvqueue.subjects.pool_cases`). Paired as the queue's history: each step "
+        "against its predecessor as per-process ratios, the median's order-statistic "
+        "interval over processes, positive = the newer release is slower. Every version "
+        "passed the pool gate against the newest, with the differences by design named "
+        "per pair."
+    )
+    adapted = head.loc[head["adapter"] != "", ["releases", "adapter"]].drop_duplicates()
+    if len(adapted):
+        text += (
+            " Called through adaptations of the API drift: "
+            + "; ".join(f"{r.releases}: {r.adapter}" for r in adapted.itertuples())
+            + "."
+        )
+    cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
+    for r in cut.itertuples():
+        text += (
+            f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
+            f"reduced one ({r.reduced})."
+        )
+    return text
+
+
+def of_subject(df: pd.DataFrame, pool: bool) -> pd.DataFrame:
+    """The rows of ``history``, ``history_steps`` or ``count_steps`` of one subject: the
+    ``BlockPool``'s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`) or the queue's."""
+    if df.empty:
+        return df
+    column = "version" if "version" in df.columns else "from_version"
+    return df[df[column].astype(str).str.startswith(schema.POOL_LABEL_PREFIX) == pool]
 
 
 def figure(

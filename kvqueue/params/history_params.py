@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvqueue import schema
 from kvqueue.errors import BenchInputError
 from kvqueue.params import bench_params
 from kvqueue.params.spec import ENV_PREFIX, spec_of
@@ -43,6 +44,21 @@ HISTORY_DEFAULTS: dict[str, Any] = {
     "max_minutes": 17.0,
     "max_processes": 41,
 }
+#: The same for ``SUBJECT=pool`` (a history of vLLM's ``BlockPool``): vLLM's own loop at
+#: three of its sizes and the caching churn, on upstream's benchmark pool of 100,000
+#: blocks; each pool uses its own release's block class (``BLOCK_MODE`` is the queue's).
+POOL_HISTORY_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in HISTORY_DEFAULTS.items() if k != "block_mode"},
+    "subject": schema.SUBJECT_POOL,
+    "cases": ("loop10", "loop100", "loop1000", "churn"),
+}
+
+
+def history_defaults(subject: str | None) -> dict[str, Any]:
+    """:data:`HISTORY_DEFAULTS`, or :data:`POOL_HISTORY_DEFAULTS` for the pool subject."""
+    return POOL_HISTORY_DEFAULTS if subject == schema.SUBJECT_POOL else HISTORY_DEFAULTS
+
+
 #: Bench fields that the history chooses: given, they are refused.
 CHOSEN = ("variants", "aa", "block_source", "quick")
 
@@ -60,6 +76,13 @@ def from_text(texts: Mapping[str, str | None]) -> bench_params.BenchParams:
             make = spec_of(next(f for f in bench_params.bench_fields() if f.name == name)).make
             raise BenchInputError(f"{make} is chosen by make history, not given (use RELEASES)")
     given = bench_params.parse_texts(texts)
+    if given.get("subject") == schema.SUBJECT_POOL:
+        if "block_mode" in given:
+            raise BenchInputError(
+                "BLOCK_MODE is the queue's: a BlockPool history runs each release's own block"
+            )
+        values = {**POOL_HISTORY_DEFAULTS, **given}
+        return bench_params.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})
     if given.get("block_mode", "own") != "own":
         # Shared blocks would time versions that differ in their block class only with
         # the same code: their steps would be A/A noise labelled as release changes.

@@ -561,10 +561,31 @@ FIGURES: dict[str, FigureSpec] = {
         "under the false-discovery control are filled and numbered, red where the "
         "instruction counts moved too and grey where only the time did, with a key of their "
         "release ranges.",
-        lambda data: history_present.figure(data.history, data.history_steps, data.count_steps),
+        lambda data: _history(data, pool=False),
+        ("history", "history_steps", "count_steps"),
+    ),
+    "history_pool": FigureSpec(
+        "Each BlockPool release step's change in time, paired",
+        "As the queue's release history, for vLLM's BlockPool: per interpreter (rows) and "
+        "case (columns), each step between two distinct pool versions (block_pool.py and "
+        "what it runs of kv_cache_utils.py) as the median per-process ratio newer/older "
+        "with its 95% interval on a log axis in percent, (x) its instruction change where "
+        "counted; filled and numbered where the step holds up under the false-discovery "
+        "control (red: the instruction counts moved too; grey: time only).",
+        lambda data: _history(data, pool=True),
         ("history", "history_steps", "count_steps"),
     ),
 }
+
+
+def _history(data: store.Processed, pool: bool) -> Figure:
+    """The release-history figure of one subject (the queue's, or the ``BlockPool``'s)."""
+    return history_present.figure(
+        *(
+            history_present.of_subject(t, pool)
+            for t in (data.history, data.history_steps, data.count_steps)
+        )
+    )
 
 
 def save(fig: Figure, folder: Path | str, name: str) -> Path:

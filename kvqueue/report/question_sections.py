@@ -60,7 +60,10 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
         return []
     if question.kind == questions.HISTORY and question.data.history.empty:
         return []  # a history only counted: its steps are a list and a table
-    return [forest_name(question) if n == "forest" else n for n in _FIGURES[question.kind]]
+    names = _FIGURES[question.kind]
+    if question.kind == questions.HISTORY and question.is_pool:
+        return ["history_pool"]
+    return [forest_name(question) if n == "forest" else n for n in names]
 
 
 def forest_name(question: Question) -> str:
@@ -395,9 +398,17 @@ def _history(question: Question) -> list[Section]:
     runs = versions[["host", "interpreter", "run_id"]].drop_duplicates()
     steps = _ordered_steps(steps, versions) if not steps.empty else steps
     hosts, pythons = runs["host"].nunique(), runs["interpreter"].nunique()
+    pool = str(head["version"].iloc[0]).startswith(schema.POOL_LABEL_PREFIX)
+    what = (
+        "ns per operation (a round of vLLM's loop, or a request) of {n} distinct versions "
+        "of vLLM's `BlockPool` as each release runs it (its `block_pool.py` and what it "
+        "uses of `kv_cache_utils.py`: the queue and the block)"
+        if pool
+        else "ns per cycle of {n} distinct versions of vLLM's `FreeKVCacheBlockQueue` and "
+        "`KVCacheBlock`"
+    ).format(n=len(head))
     intro = (
-        f"ns per cycle of {len(head)} distinct versions of vLLM's `FreeKVCacheBlockQueue` "
-        f"and `KVCacheBlock`, from `{head['version'].iloc[0]}` to `{head['version'].iloc[-1]}`, "
+        f"{what}, from `{head['version'].iloc[0]}` to `{head['version'].iloc[-1]}`, "
         f"on {hosts} host{'s' if hosts != 1 else ''} × {pythons} "
         f"interpreter{'s' if pythons != 1 else ''} ("
         + ", ".join(f"{r.host}/{r.run_id}" for r in runs.itertuples())
@@ -433,7 +444,7 @@ def _history(question: Question) -> list[Section]:
         )
     out = [
         Section("title", question.title, level=1, note=intro),
-        Section("answer", "Answer", note=answer, figure="history"),
+        Section("answer", "Answer", note=answer, figure="history_pool" if pool else "history"),
     ]
     sig = _significant(steps).drop_duplicates("release_range")
     sig = sig.assign(number=sig["release_range"].map(numbers)).sort_values("number")
@@ -443,14 +454,15 @@ def _history(question: Question) -> list[Section]:
                 "diffs",
                 "What changed at each significant step",
                 note=(
-                    f"Unified diff of {' and '.join(f'`{c}`' for c in history_diffs.CLASSES)} "
-                    "between the two versions, read from the local release cache when "
-                    "the report was built (never committed).\n\n"
+                    f"Unified diff of {history_diffs.compared(pool)} between the two "
+                    "versions, read from the local release cache when the report was "
+                    "built (never committed).\n\n"
                     + "\n\n".join(
                         f"<details><summary>{r.number}. {r.release_range}</summary>\n\n"
                         + history_diffs.step_diff(
                             _releases(versions, r.from_version, "last_release"),
                             _releases(versions, r.to_version, "first_release"),
+                            pool=pool,
                         )
                         + "\n\n</details>"
                         for r in sig.itertuples()
@@ -483,7 +495,7 @@ def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     """Releases that shipped a history version, in the order to look them up in the
     cache: ``first`` (the step's own release: the older version's last, the newer's
     first, as the step label names them), then the others (``[]``: not a release)."""
-    own = history_diffs.release_of(version)
+    own = history_diffs.release_of(version.removeprefix(schema.POOL_LABEL_PREFIX))
     if own is None:
         return []
     rows = versions[versions["version"] == version]

@@ -67,7 +67,11 @@ class Question:
 
     @property
     def is_pool(self) -> bool:
-        """Whether it compares ``BlockPool``s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`)."""
+        """Whether it compares ``BlockPool``s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`):
+        an A/B pair of pools, or the release history of the pool."""
+        if self.kind == HISTORY:
+            labels = [*self.data.history["version"], *self.data.count_steps["from_version"]]
+            return any(str(v).startswith(schema.POOL_LABEL_PREFIX) for v in labels)
         return self.pair is not None and self.pair[0].startswith(schema.POOL_LABEL_PREFIX)
 
     @property
@@ -210,6 +214,8 @@ def _history_title(source: str) -> tuple[str, str]:
     """(slug, title) of the release history up to ``source``."""
     if source.startswith("vllm=="):
         return "history", "Release history"
+    if source.startswith(schema.POOL_LABEL_PREFIX + "vllm=="):
+        return "history-pool", "BlockPool release history"
     return f"history-{slug(source)}", f"Release history up to `{source}`"
 
 

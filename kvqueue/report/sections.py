@@ -197,6 +197,37 @@ def counted_pairs(rows: pd.DataFrame, data: store.Processed) -> list[tuple[str, 
     return out
 
 
+def _history_sections(data: store.Processed, pool: bool) -> list[Section]:
+    """The release history of one subject (the queue's always: without a run it says
+    how to make one; the ``BlockPool``'s where a pool history was run or counted)."""
+    versions, steps, counts = (
+        history_present.of_subject(t, pool)
+        for t in (data.history, data.history_steps, data.count_steps)
+    )
+    if pool and versions.empty and counts.empty:
+        return []
+    history_table = history_present.step_table(steps, counts)
+    counted = history_present.counts_only_steps(counts, versions)
+    timed = not versions.empty or counted.empty
+    out = [
+        Section(
+            "history_pool" if pool else "history",
+            "BlockPool release history" if pool else "Release history",
+            note=history_present.note(versions, counted),
+            table=history_table if not history_table.empty else None,
+            table_label=f"Release range → change in time "
+            f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
+            # A placeholder that says how to make one when no run; none beside counts.
+            figure=("history_pool" if pool else "history") if timed else None,
+            fold=len(history_table) > 16,
+            detail=True,
+        )
+    ]
+    if len(counted):
+        out.append(count_history_section(counted, explain=not versions.empty))
+    return out
+
+
 def count_history_section(counted: pd.DataFrame, explain: bool) -> Section:
     """The release steps of the histories only counted: numbered code-cost steps and the
     table of every step (:func:`kvqueue.history.history_present.count_step_table`);
@@ -497,25 +528,8 @@ def build(data: store.Processed) -> list[Section]:
             detail=True,
         )
     )
-    history_table = history_present.step_table(data.history_steps, data.count_steps)
-    counted = history_present.counts_only_steps(data.count_steps, data.history)
-    timed = not data.history.empty or counted.empty
-    out.append(
-        Section(
-            "history",
-            "Release history",
-            note=history_present.note(data.history, counted),
-            table=history_table if not history_table.empty else None,
-            table_label=f"Release range → change in time "
-            f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
-            # A placeholder that says how to make one when no run; none beside counts.
-            figure="history" if timed else None,
-            fold=len(history_table) > 16,
-            detail=True,
-        )
-    )
-    if len(counted):
-        out.append(count_history_section(counted, explain=not data.history.empty))
+    for pool in (False, True):
+        out += _history_sections(data, pool)
     out += [
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
         Section(

@@ -29,7 +29,7 @@ __all__ = ["question_writeup", "section_markdown", "visible_part", "write_writeu
 WRITEUPS = "writeups"
 #: Figures of a question that, when it is the only one of its kind, are the report's own
 #: figure of the same name (drawn from the same headline runs).
-_WHOLE_DATA_FIGURES = ("history", "policy")
+_WHOLE_DATA_FIGURES = ("history", "history_pool", "policy")
 _KINDS = (questions.AB, questions.HISTORY, questions.POLICY)
 #: File listing the writeups, newest first (``make report`` prints it).
 INDEX = "index.txt"

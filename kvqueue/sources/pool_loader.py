@@ -126,6 +126,13 @@ class PoolVariant:
     placeholders
         vLLM names those definitions import that nothing stands in for (they raise if
         used).
+    queue_calls
+        The methods the pool calls on ``self.free_block_queue``.
+    code_sha256
+        sha256 of the code the pool runs of its release: ``block_pool.py``, the
+        definitions cut from ``kv_cache_utils.py`` and ``kv_cache_metrics.py`` (a release
+        history's version key: releases that differ only elsewhere in
+        ``kv_cache_utils.py`` run the same pool).
     """
 
     label: str
@@ -139,6 +146,7 @@ class PoolVariant:
     utils_names: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()
     queue_calls: tuple[str, ...] = field(default=())
+    code_sha256: str = ""
 
     @property
     def sha256(self) -> str:
@@ -596,4 +604,5 @@ def load_pool(source: str, label: str | None = None) -> PoolVariant:
         utils_names=cut.names,
         placeholders=tuple(sorted(placeholders)),
         queue_calls=calls,
+        code_sha256=_sha(f"{texts.pool_text}\0{cut.text}\0{texts.metrics_text or ''}"),
     )

@@ -23,6 +23,10 @@ uses of it, never copied:
   a generated class like the events: built only by a pool given a metrics collector.
 - ``vllm.multimodal.utils.get_mm_features_in_window`` is :class:`NotStoodIn`: called only
   for requests with multimodal features, which no request here has.
+- ``vllm.utils.gc_utils.gc_untrack`` (0.34.0 on: the hash map's dict of block ids) is
+  :func:`gc_untrack`, which returns its argument: the cyclic GC of CPython 3.10-3.13
+  stops tracking a dict that holds only atomic keys and values by itself, which is all
+  the release asks of it there (its own comment says the explicit call is for 3.14).
 - ``vllm.v1.core.kv_cache_utils`` and ``kv_cache_metrics`` are the release's own code,
   loaded by :mod:`kvqueue.sources.pool_loader` and put into the table by it.
 
@@ -107,6 +111,16 @@ def init_logger(name: str) -> logging.Logger:
     return logger
 
 
+def gc_untrack(obj: Any) -> Any:
+    """Stand-in for ``vllm.utils.gc_utils.gc_untrack``: return ``obj`` unchanged.
+
+    The release calls it on an empty dict that only ever holds bytes keys and int values;
+    CPython up to 3.13 leaves such a dict untracked by the cyclic GC by itself
+    (``gc.is_tracked({}) is False``), so nothing differs on the interpreters measured here.
+    """
+    return obj
+
+
 def _event_class(name: str) -> type:
     """Generate a stand-in event class that keeps its arguments."""
 
@@ -153,7 +167,7 @@ def stub_table() -> dict[str, types.ModuleType]:
     """
     table: dict[str, types.ModuleType] = {}
     packages = ("vllm", "vllm.distributed", "vllm.v1", "vllm.v1.core", "vllm.v1.metrics")
-    for name in (*packages, "vllm.multimodal"):
+    for name in (*packages, "vllm.multimodal", "vllm.utils"):
         table[name] = types.ModuleType(name)
     envs = _StrictModule("vllm.envs")
     envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES = INT_BLOCK_HASHES  # type: ignore[attr-defined]
@@ -170,6 +184,9 @@ def stub_table() -> dict[str, types.ModuleType]:
         "vllm.multimodal.utils.get_mm_features_in_window"
     )
     table["vllm.multimodal.utils"] = mm_utils
+    gc_utils = types.ModuleType("vllm.utils.gc_utils")
+    gc_utils.gc_untrack = gc_untrack  # type: ignore[attr-defined]
+    table["vllm.utils.gc_utils"] = gc_utils
     stats = types.ModuleType("vllm.v1.metrics.stats")
     stats.KVCacheEvictionEvent = _event_class("KVCacheEvictionEvent")  # type: ignore[attr-defined]
     table["vllm.v1.metrics.stats"] = stats

@@ -16,7 +16,8 @@ way:
   0.10.x, then ``NewType`` over ``bytes``; :meth:`PoolAPI.block_hash` makes one from an
   integer label, :meth:`PoolAPI.key_label` reads the label back from a hash-map key.
 - the hash map: a ``defaultdict`` of ``{block_id: block}`` (0.10.x), then
-  ``BlockHashToBlockMap`` whose ``_cache`` values are a block or such a dict.
+  ``BlockHashToBlockMap`` whose ``_cache`` values are a block or such a dict, then
+  (0.34.0) a block id, the ids of a key cached by several blocks kept in ``_dup_ids``.
 
 Standard library only (the gate and the workers run this under the measured interpreter).
 """
@@ -214,10 +215,15 @@ class PoolAPI:
         raw = mapping if isinstance(mapping, dict) else getattr(mapping, "_cache", None)
         if not isinstance(raw, dict):
             raise PoolAPIError(f"cannot read a hash map of type {type(mapping).__name__}")
+        dups = getattr(mapping, "_dup_ids", None) or {}
         out = {}
         for key, value in raw.items():
-            if isinstance(value, dict):
+            if key in dups:
+                out[key] = tuple(sorted(dups[key]))
+            elif isinstance(value, dict):
                 out[key] = tuple(sorted(value))
+            elif isinstance(value, int):
+                out[key] = (value,)
             else:
                 out[key] = (value.block_id,)
         return out
