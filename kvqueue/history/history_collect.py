@@ -158,10 +158,6 @@ def _queue_version(variant: loader.Variant) -> Version:
     )
 
 
-#: The first release whose ``BlockPool`` the pool loader reads (older ones are refused).
-FIRST_POOL_RELEASE = "0.10.0"
-
-
 def _probe_pool(release: str, files: list[IndexFile] | None) -> Version:
     """Fetch one release's pool members and load its ``BlockPool`` (no timing); its
     version, keyed by the code the pool runs (:attr:`PoolVariant.code_sha256`)."""
@@ -201,7 +197,7 @@ def plan(
     subject
         :data:`kvqueue.schema.SUBJECT_QUEUE` (the queue and block classes) or
         :data:`~kvqueue.schema.SUBJECT_POOL` (the ``BlockPool`` and what it runs of its
-        release, from :data:`FIRST_POOL_RELEASE` on).
+        release, from :data:`kvqueue.sources.pool_loader.FIRST_POOL_RELEASE` on).
 
     Returns
     -------
@@ -232,15 +228,16 @@ def plan(
     probed: list[str] = []
     last_key: str | None = None  # the version of the previous release that loaded
     for index, release in enumerate(order):
-        if pool and version_key(release) < version_key(FIRST_POOL_RELEASE):
+        if pool and version_key(release) < version_key(pool_loader.FIRST_POOL_RELEASE):
             if given:
+                first = pool_loader.FIRST_POOL_RELEASE
                 raise BenchInputError(
-                    f"vllm=={release}: the pool loader reads releases from {FIRST_POOL_RELEASE} on"
+                    f"vllm=={release}: the pool loader reads releases from {first} on"
                 )
             skipped.append(
                 {
                     "release": f"{order[-1]} .. {release}",
-                    "reason": f"not probed: older than {FIRST_POOL_RELEASE}, the first "
+                    "reason": f"not probed: older than {pool_loader.FIRST_POOL_RELEASE}, the first "
                     "release the pool loader reads",
                 }
             )
