@@ -16,6 +16,7 @@ import pytest
 
 from kvqueue.errors import BenchInputError
 from kvqueue.history import history_analysis, history_collect, history_present
+from kvqueue.params import history_params
 from kvqueue.report import questions
 from kvqueue.sources import pool_loader
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER
@@ -144,3 +145,13 @@ def test_of_subject_splits_every_history_table() -> None:
     steps = pd.DataFrame({"from_version": ["vllm==1.0.0", "pool:vllm==1.0.0"]})
     assert list(history_present.of_subject(versions, pool=True)["version"]) == ["pool:vllm==1.0.0"]
     assert list(history_present.of_subject(steps, pool=False)["from_version"]) == ["vllm==1.0.0"]
+
+
+def test_a_pool_history_takes_the_pool_defaults_and_its_recorded_block_mode() -> None:
+    """The Reproduce block writes every recorded field, BLOCK_MODE=shared included: it
+    must parse back; a block mode a pool cannot run is refused in one line."""
+    params = history_params.from_text({"host": "h", "subject": "pool", "block_mode": "shared"})
+    assert params.cases == history_params.POOL_HISTORY_DEFAULTS["cases"]
+    assert params.pools == (100_000,)
+    with pytest.raises(BenchInputError, match="block_source and block_mode are the queue's"):
+        history_params.from_text({"host": "h", "subject": "pool", "block_mode": "own"})
