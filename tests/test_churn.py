@@ -165,3 +165,70 @@ def test_bad_workloads_are_named(change: dict, words: str) -> None:
 
 def test_the_default_workload_is_valid() -> None:
     assert churn.Workload().problem() is None
+
+
+def test_block_descriptors_and_run_sums_match_their_reference() -> None:
+    import random
+
+    from kvqueue.policy import age_windows
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.randint(0, 12)
+        ids, other = [rng.randint(0, 40)], [rng.randint(0, 40)]
+        for _ in range(n):
+            ids.append(ids[-1] + rng.choice([1, 1, 1, -1, 2, -2, 0]))
+            other.append(other[-1] + rng.choice([1, -1, 1, -1, 3]))
+        ids, other = ids[:n], other[:n]
+        blocks = [KVCacheBlock(block_id=i) for i in ids]
+        runs = policies.ascending_runs(ids)
+        assert age_windows.ascending_run_sums(blocks) == (len(runs), sum(r for r in runs if r >= 2))
+        other_blocks = [KVCacheBlock(block_id=i) for i in other]
+        assert churn.block_descriptors(blocks, other_blocks) == churn.descriptors(ids, other)
+
+
+def _paired(record: bool) -> tuple[churn.Churn, list, list]:
+    """A paired churn under contig-w4, its allocations and its reads; ``record``: every
+    event goes through Pools.apply (the trace writer's path)."""
+    sides, log, reads = {}, [], []
+    for side in (churn.DECODE, churn.PREFILL):
+        blocks = [KVCacheBlock(block_id=i) for i in range(SMALL.pool)]
+        sides[side] = (FreeKVCacheBlockQueue(blocks), blocks)
+    chosen = policies.get("contig-w4")
+
+    def alloc_for(side: str):
+        def alloc(n: int) -> list:
+            got = chosen(sides[side][0], n)
+            log.append((side, [b.block_id for b in got]))
+            return got
+
+        return alloc
+
+    sim = churn.Churn(
+        SMALL,
+        11,
+        *sides[churn.DECODE],
+        alloc_for(churn.DECODE),
+        prefill=(*sides[churn.PREFILL], alloc_for(churn.PREFILL)),
+    )
+    sim.pools.on_read = lambda rid, count, k: reads.append((rid, count, k))
+    if record:
+        sim.pools.record = lambda event: None
+    sim.run(SMALL.steps)
+    return sim, log, reads
+
+
+def test_the_direct_event_path_runs_what_pools_apply_runs() -> None:
+    direct, log, reads = _paired(record=False)
+    applied, log2, reads2 = _paired(record=True)
+    assert log == log2 and reads == reads2 and reads
+    assert (direct.hit_blocks, direct.admitted, direct.completed) == (
+        applied.hit_blocks,
+        applied.admitted,
+        applied.completed,
+    )
+    for side in (churn.DECODE, churn.PREFILL):
+        a, b = direct.pools.sides[side], applied.pools.sides[side]
+        assert a.ref == b.ref and a.cache == b.cache and a.last_resort == b.last_resort
+        ids = [x.block_id for x in a.queue.get_all_free_blocks()]
+        assert ids == [x.block_id for x in b.queue.get_all_free_blocks()]

@@ -168,11 +168,31 @@ def descriptors(prefill_ids: Sequence[int], decode_ids: Sequence[int]) -> int:
     if not prefill_ids:
         return 0
     count = 1
-    for i in range(1, len(prefill_ids)):
-        step = prefill_ids[i] - prefill_ids[i - 1]
-        if (step != 1 and step != -1) or decode_ids[i] - decode_ids[i - 1] != step:
+    p0, d0 = prefill_ids[0], decode_ids[0]
+    for p1, d1 in zip(prefill_ids[1:], decode_ids[1:], strict=True):
+        step = p1 - p0
+        if (step != 1 and step != -1) or d1 - d0 != step:
             count += 1
+        p0, d0 = p1, d1
     return count
+
+
+def block_descriptors(prefill_blocks: Sequence[Any], decode_blocks: Sequence[Any]) -> int:
+    """:func:`descriptors` of the blocks' ids, in one loop over the blocks (no lists of
+    ids: the hot path of every READ)."""
+    if len(prefill_blocks) != len(decode_blocks):
+        raise ValueError("a READ pairs lists of equal length")
+    if not prefill_blocks:
+        return 0
+    count = 1
+    p0, d0 = prefill_blocks[0].block_id, decode_blocks[0].block_id
+    for pb, db in zip(prefill_blocks, decode_blocks, strict=True):
+        p1, d1 = pb.block_id, db.block_id
+        step = p1 - p0
+        if (step != 1 and step != -1) or d1 - d0 != step:
+            count += 1
+        p0, d0 = p1, d1
+    return count - 1  # the first pair was counted as a boundary with itself
 
 
 class PoolExhausted(RuntimeError):
@@ -215,29 +235,37 @@ class Side:
     def cached(self, keys: Sequence[Hashable]) -> list[int]:
         """Ids of the still-cached prefix of ``keys``."""
         out = []
+        get = self.cache.get
         for key in keys:
-            block_id = self.cache.get(key)
+            block_id = get(key)
             if block_id is None:
                 break
             out.append(block_id)
         return out
 
-    def room(self, keys: Sequence[Hashable], n: int) -> int:
-        """Free blocks left after touching ``keys`` and allocating the misses plus ``n``."""
-        hits = self.cached(keys)
-        free_hits = sum(1 for i in hits if self.ref[i] == 0)
+    def room(self, keys: Sequence[Hashable], n: int, hits: list[int] | None = None) -> int:
+        """Free blocks left after touching ``keys`` and allocating the misses plus ``n``
+        (``hits``: ``cached(keys)`` if the caller has it)."""
+        if hits is None:
+            hits = self.cached(keys)
+        ref = self.ref
+        free_hits = [ref[i] for i in hits].count(0)
         return self.queue.num_free_blocks - free_hits - (len(keys) - len(hits)) - n
 
-    def touch(self, rid: Hashable, keys: Sequence[Hashable]) -> int:
-        """The ``touch`` event; returns the number of hits."""
-        hits = self.cached(keys)
+    def touch(self, rid: Hashable, keys: Sequence[Hashable], hits: list[int] | None = None) -> int:
+        """The ``touch`` event; returns the number of hits (``hits``: ``cached(keys)`` if
+        the caller has it, unchanged since)."""
+        if hits is None:
+            hits = self.cached(keys)
         held = self.held.setdefault(rid, [])
+        ref, blocks, resort, remove = self.ref, self.blocks, self.last_resort, self.queue.remove
         for i in hits:
-            if self.ref[i] == 0:
-                self.queue.remove(self.blocks[i])  # a cached block from mid-queue
-                self.last_resort.discard(i)
-            self.ref[i] += 1
-            held.append(self.blocks[i])
+            if ref[i] == 0:
+                remove(blocks[i])  # a cached block from mid-queue
+                if resort:
+                    resort.discard(i)
+            ref[i] += 1
+            held.append(blocks[i])
         self.pending[rid] = list(keys[len(hits) :])
         return len(hits)
 
@@ -251,19 +279,19 @@ class Side:
             )
         got = self.alloc(want)
         ref, key_of, cache, resort = self.ref, self.key_of, self.cache, self.last_resort
-        for block in got:
-            i = block.block_id
+        ids = [block.block_id for block in got]
+        for i in ids:
             ref[i] += 1
             key = key_of[i]
             if key is not None:  # evicted: its cached content is overwritten
                 if cache.get(key) == i:
                     del cache[key]
                 key_of[i] = None
-            if resort:
-                resort.discard(i)
-        for key, block in zip(misses, got, strict=False):
-            key_of[block.block_id] = key
-            cache[key] = block.block_id
+        if resort:
+            resort.difference_update(ids)
+        for key, i in zip(misses, ids, strict=False):
+            key_of[i] = key
+            cache[key] = i
         self.allocated += want
         self.held.setdefault(rid, []).extend(got)
         return got
@@ -277,11 +305,13 @@ class Side:
         ref = self.ref
         last = blocks[-1]  # the partially filled block: no hash
         freed = []
+        keep = freed.append
         for block in reversed(blocks):
             i = block.block_id
-            ref[i] -= 1
-            if ref[i] == 0:
-                freed.append(block)
+            left = ref[i] - 1
+            ref[i] = left
+            if not left:
+                keep(block)
         if unpin:
             self.queue.append_n(freed)
             self.last_resort.update(b.block_id for b in freed)
@@ -332,10 +362,14 @@ class Pools:
         """The ``read`` event: descriptors of the first ``k`` blocks on both sides."""
         if self.prefill is None:
             raise ValueError("a read needs a prefill side")
-        p = [b.block_id for b in self.prefill.held.get(rid, [])[:k]]
-        d = [b.block_id for b in self.decode.held.get(rid, [])[:k]]
+        p = self.prefill.held.get(rid, [])
+        d = self.decode.held.get(rid, [])
+        if len(p) > k:  # (a copy only when something is cut off)
+            p = p[:k]
+        if len(d) > k:
+            d = d[:k]
         k = min(len(p), len(d))
-        count = descriptors(p[:k], d[:k])
+        count = block_descriptors(p[:k] if len(p) > k else p, d[:k] if len(d) > k else d)
         if self.on_read is not None:
             self.on_read(rid, count, k)
         return count
@@ -352,6 +386,10 @@ class Request:
     rid: int = 0
     next_step: int = 0
     decode_left: int = 0
+
+
+def _rid(req: Request) -> int:
+    return req.rid
 
 
 def _lognormal(rng: random.Random, median: float, sigma: float, top: int) -> int:
@@ -412,6 +450,9 @@ class Churn:
         self.stream = RequestStream(workload, seed)
         self.pending: Request | None = None
         self.active: list[Request] = []
+        #: The active requests by the step of their next decode block, each list in
+        #: admission order (a step looks up its own instead of scanning ``active``).
+        self._due: dict[int, list[Request]] = {}
         self.releases: deque[tuple[int, int]] = deque()  # (step, rid) of prefill holds
         self.step_no = 0
         self.committed = 0  # decode blocks still to come for the active requests
@@ -419,6 +460,11 @@ class Churn:
         self.prefill_blocks = 0
         self.admitted = 0
         self.completed = 0
+        #: Each family's prefix keys, built once (a request's keys are a slice of them).
+        self._family_keys = [
+            [(family, i) for i in range(prefix)]
+            for family, prefix in enumerate(self.stream.family_prefix)
+        ]
 
     @property
     def queue(self) -> Any:
@@ -453,27 +499,48 @@ class Churn:
         if req.family < 0:
             return []
         prefix = min(self.stream.family_prefix[req.family], req.prefill - 1)
-        return [(req.family, i) for i in range(prefix)]
+        return self._family_keys[req.family][:prefix]
 
     def _admit(self, req: Request) -> bool:
         keys = self._keys(req)
         rest = req.prefill - len(keys)
-        decode = self.pools.decode
-        if decode.room(keys, rest) < self.committed + req.decode:
+        pools = self.pools
+        decode = pools.decode
+        # Each side's cached prefix of ``keys`` is looked up once: nothing changes a
+        # side's cache between its room check and its touch (the decode side's touch and
+        # alloc do not touch the prefill side's).
+        d_hits = decode.cached(keys)
+        if decode.room(keys, rest, d_hits) < self.committed + req.decode:
             return False
-        pside = self.pools.prefill
-        if pside is not None and pside.room(keys, rest) < 0:
-            return False
-        self.hit_blocks += len(decode.cached(keys))  # what the touch below reuses
-        apply = self.pools.apply
-        for side in (DECODE, PREFILL) if pside is not None else (DECODE,):
-            if keys:
-                apply({"op": "touch", "req": req.rid, "side": side, "keys": keys})
-            apply({"op": "alloc", "req": req.rid, "side": side, "n": rest})
+        pside = pools.prefill
+        p_hits = None
         if pside is not None:
-            apply({"op": "read", "req": req.rid, "n": req.prefill})
+            p_hits = pside.cached(keys)
+            if pside.room(keys, rest, p_hits) < 0:
+                return False
+        self.hit_blocks += len(d_hits)  # what the touch below reuses
+        if pools.record is None:
+            # The events of the branch below, run directly (what Pools.apply would run).
+            if keys:
+                decode.touch(req.rid, keys, d_hits)
+            decode.allocate(req.rid, rest)
+            if pside is not None:
+                if keys:
+                    pside.touch(req.rid, keys, p_hits)
+                pside.allocate(req.rid, rest)
+                pools.read(req.rid, req.prefill)
+        else:  # a trace writer sees every event
+            apply = pools.apply
+            for side in (DECODE, PREFILL) if pside is not None else (DECODE,):
+                if keys:
+                    apply({"op": "touch", "req": req.rid, "side": side, "keys": keys})
+                apply({"op": "alloc", "req": req.rid, "side": side, "n": rest})
+            if pside is not None:
+                apply({"op": "read", "req": req.rid, "n": req.prefill})
+        if pside is not None:
             self.releases.append((self.step_no + self.w.hold_steps, req.rid))
         req.next_step = self.step_no + req.phase
+        self._due.setdefault(req.next_step, []).append(req)
         req.decode_left = req.decode
         self.committed += req.decode
         self.prefill_blocks += req.prefill
@@ -485,19 +552,38 @@ class Churn:
         """One engine step: decode growth and completions, prefill-side releases, then
         admissions."""
         now = self.step_no
-        apply = self.pools.apply
+        pools = self.pools
+        apply = pools.apply
+        direct = pools.record is None  # no trace writer: run the events without dicts
+        decode = pools.decode
+        every = self.w.decode_every
         done = []
-        for req in self.active:
-            if now >= req.next_step:
+        # The requests whose next decode block is due now, in the order of ``active``
+        # (admission order, so rid order): every active request is due at exactly its
+        # ``next_step`` (each step serves all that are due), never later.
+        due = self._due.pop(now, ())
+        if len(due) > 1:
+            due.sort(key=_rid)
+        for req in due:
+            if direct:
+                decode.allocate(req.rid, 1)
+            else:
                 apply({"op": "alloc", "req": req.rid, "n": 1})
-                req.decode_left -= 1
-                self.committed -= 1
-                req.next_step += self.w.decode_every
-                if req.decode_left == 0:
-                    done.append(req)
+            req.decode_left -= 1
+            self.committed -= 1
+            req.next_step += every
+            if req.decode_left == 0:
+                done.append(req)
+            else:
+                self._due.setdefault(req.next_step, []).append(req)
+        if done:
+            # What removing each one did (rids are unique): the rest, in their order.
+            self.active = [req for req in self.active if req.decode_left != 0]
         for req in done:
-            self.active.remove(req)
-            apply({"op": "free", "req": req.rid})
+            if direct:
+                decode.free(req.rid)
+            else:
+                apply({"op": "free", "req": req.rid})
             self.completed += 1
         unpin = self.w.prefill_release == "unpin"
         while self.releases and self.releases[0][0] <= now:
