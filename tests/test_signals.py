@@ -403,16 +403,41 @@ def _forked_copies(tmp: Path) -> list[int]:
     return [p for p in _processes_naming(tmp) if b"kvqueue\0report" in _cmdline(p)]
 
 
+def _busy_notebook(tmp_path: Path) -> tuple[Path, Path]:
+    """The report notebook with a last cell that touches a marker file and then runs
+    for a minute: a stop then finds the kernel executing a cell, as on the committed
+    data (the tiny fixture's cells end in a blink), so the report kills a kernel that
+    nbclient still waits on. Returns the notebook and the marker."""
+    marker = tmp_path / "busy"
+    nb = json.loads((REPO_ROOT / "notebooks" / "report.ipynb").read_text(encoding="utf-8"))
+    # SIGINT ignored: like a cell busy in C code (a figure's savefig), it does not end
+    # by KeyboardInterrupt before the report kills its kernel.
+    source = (
+        "import pathlib, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        f"pathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [],
+                        "execution_count": None, "source": source})  # fmt: skip
+    path = tmp_path / "busy.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path, marker
+
+
 def _report_in_its_notebook_stage(
-    tmp: Path, tmp_path: Path, session: bool = False
+    tmp: Path, tmp_path: Path, session: bool = False, busy: bool = False
 ) -> tuple[subprocess.Popen, Path]:
     """Start ``kvqueue report`` on the tiny fixture (in a session of its own with
     ``session``, as a login shell's job is); return once its kernel runs (the writeups
-    are drawn beside it by then); the process and the report folder."""
+    are drawn beside it by then; with ``busy``, once it executes a cell that lasts); the
+    process and the report folder."""
     raw = tmp_path / "raw"
     write_fixture(raw, tiny=True)
     out = tmp_path / "reports"
     args = ["report", "--raw-dir", str(raw), "--processed-dir", str(tmp_path / "processed")]
+    marker = None
+    if busy:
+        notebook, marker = _busy_notebook(tmp_path)
+        args += ["--notebook", str(notebook)]
     with open(tmp_path / "output.txt", "w") as sink:
         proc = _start(
             [*args, "--out", str(out)],
@@ -424,6 +449,8 @@ def _report_in_its_notebook_stage(
             start_new_session=session,
         )
     _wait_for(proc, "the report's kernel", lambda: _kernel_running(tmp), timeout=300)
+    if marker is not None:
+        _wait_for(proc, "the notebook's last cell", marker.exists, timeout=300)
     time.sleep(0.5)
     return proc, out
 
@@ -455,19 +482,23 @@ def test_a_stop_in_the_reports_notebook_stage_leaves_nothing_behind(
 
 @needs_linux
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"]
+)
 def test_a_stop_of_the_reports_whole_process_group_ends_it_cleanly(
     folders: tuple[Path, Path], tmp_path: Path, signum: int
 ) -> None:
     """Issue 28.4: an ssh drop signals the whole process group, the writeups' forked
     worker included. With a multiprocessing.Pool the killed worker held the task
     queue's lock and the report hung forever (4 of 4 tries); the kernel's teardown
-    printed ipykernel's traceback. The previous build's notebook goes too: the
-    processed tables it showed were rewritten."""
+    printed ipykernel's traceback. Ctrl-C in a terminal signals the group too: the
+    kernel died first, and nbclient's log line and an unawaited task's DeadKernelError
+    traceback were printed. The previous build's notebook goes too: the processed
+    tables it showed were rewritten."""
     tmp, _ = folders
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "report.ipynb").write_text("{}\n")  # the previous build's
-    proc, out = _report_in_its_notebook_stage(tmp, tmp_path, session=True)
+    proc, out = _report_in_its_notebook_stage(tmp, tmp_path, session=True, busy=True)
     try:
         os.killpg(proc.pid, signum)
         code = proc.wait(timeout=60)
@@ -478,6 +509,7 @@ def test_a_stop_of_the_reports_whole_process_group_ends_it_cleanly(
     shown = (tmp_path / "output.txt").read_text()
     assert code == 128 + signum, shown
     assert "Traceback" not in shown and "ZMQError" not in shown, shown
+    assert "Kernel died" not in shown and "never retrieved" not in shown, shown
     (removed,) = [ln for ln in shown.splitlines() if "removed the previous" in ln]
     assert "report.ipynb" in removed, shown
     assert not _none_left(tmp, within=3), "a kernel or a writeup worker outlived the report"

@@ -89,8 +89,13 @@ def execute_notebook(
     import papermill
 
     # papermill's parameter-cell parser warns about every "==" in a value (the version
-    # pins in `pairs`) although the parameters are injected correctly.
-    logging.getLogger("papermill").setLevel(logging.ERROR)
+    # pins in `pairs`) although the parameters are injected correctly. Its errors are
+    # raised too, and the report prints them in one line: logged, a Ctrl-C to the
+    # process group (the kernel dies first) printed "Kernel died while waiting for
+    # execute reply." and, from the cell's unawaited asyncio task, a 6-line
+    # DeadKernelError traceback ("Task exception was never retrieved") around it.
+    logging.getLogger("papermill").setLevel(logging.CRITICAL)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     # Ctrl-C, SIGTERM or SIGHUP: the kernel is killed and its temp files removed.
     with managed_kernels() as kernel_manager_class:
         papermill.execute_notebook(
@@ -242,7 +247,7 @@ def _report(
             + (f" ({len(left)} left out, named above)" if left else " (no run folder found)"),
             file=sys.stderr,
         )
-        _drop_stale(out)
+        _drop_stale(out, notebook=True)  # nothing of this build's to show: all of it goes
         return 2
     now = stage(f"processed tables of {len(data.ledger)} run folders{scope}", started)
     status, stopped = 1, True
@@ -259,11 +264,12 @@ def _report(
 
 def _drop_stale(out: Path, notebook: bool = False) -> None:
     """Remove the previous build's report.html and writeups (and, with ``notebook``, its
-    report.ipynb) once the processed tables were rewritten and this build did not
-    finish: they showed other runs. A failed report left them beside tables they no
-    longer matched, with nothing to say so."""
+    report.ipynb and figures) once the processed tables were rewritten and this build
+    did not finish: they showed other runs. A failed report left them beside tables
+    they no longer matched, with nothing to say so."""
     kept = [out / "report.html", out / writeup.WRITEUPS]
-    stale = [p for p in (*kept, *([out / "report.ipynb"] if notebook else [])) if p.exists()]
+    shown = [out / "report.ipynb", out / "figures"] if notebook else []
+    stale = [p for p in (*kept, *shown) if p.exists()]
     for path in stale:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if stale:
