@@ -238,7 +238,11 @@ def python_info(python: str) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         raise ValueError("no answer within 60 s") from None
     if proc.returncode != 0:
-        raise ValueError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "no answer")
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        # A Python's traceback ends with its error; a wrapper's message (pyenv's shim:
+        # "pyenv: python2.7: command not found", then 5 lines of advice) starts with it.
+        said = lines[-1] if any(ln.startswith("Traceback") for ln in lines) else lines[:1]
+        raise ValueError(said if isinstance(said, str) else (said or ["no answer"])[0])
     try:
         info = json.loads(proc.stdout)
     except json.JSONDecodeError:

@@ -165,8 +165,15 @@ def test_real_python_3_9_refused(tmp_path):
     [
         ("#!/bin/sh\necho 'not python' >&2\nexit 3\n", "does not run as a Python: not python"),
         ("#!/bin/sh\necho 'hello'\n", "does not run"),
+        # pyenv's shim of a version not selected: the first line says it, the last
+        # ("Python 2 and 3 to be found at the same time.") was shown before.
+        (
+            "#!/bin/sh\necho 'pyenv: python2.7: command not found' >&2\necho >&2\n"
+            "echo '  Python 2 and 3 to be found at the same time.' >&2\nexit 127\n",
+            "does not run as a Python: pyenv: python2.7: command not found",
+        ),
     ],
-    ids=["fails", "garbage-answer"],
+    ids=["fails", "garbage-answer", "pyenv-shim"],
 )
 def test_python_that_does_not_run_refused(tmp_path, script, words):
     fake = tmp_path / "python"

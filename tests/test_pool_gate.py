@@ -223,3 +223,15 @@ def test_our_queue_inside_a_release_pool_passes_at_a_timed_size():
     swapped = load_pool("vllm==0.33.0+queue=kvqueue")
     result = pool_gate.pool_gate(base, swapped, sizes=(2_048,))
     assert result.ok, result.error
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_release_that_first_frees_uncached_blocks_to_the_front_passes_with_its_name():
+    """0.24.0 runs the same pool code as 0.25.x: the difference begins there (the pool
+    history's probe of every release found it; named from 0.25.0, 0.23.0 -> 0.24.0
+    was refused)."""
+    base, cand = load_pool("vllm==0.23.0"), load_pool("vllm==0.24.0")
+    result = pool_gate.pool_gate(base, cand, sizes=(64,))
+    assert result.ok, result.error
+    assert result.differences == ("freed-uncached-to-front",)

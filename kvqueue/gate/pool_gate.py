@@ -1,7 +1,7 @@
 """The gate for pools: a candidate ``BlockPool`` must behave as the baseline, call by call.
 
 One seeded script of *intents* drives the baseline pool and the candidate in lockstep
-(docs/pool-subject-draft.md): admit a request (look up its cached prefix, ``touch`` the
+(docs/appendix-pool.md): admit a request (look up its cached prefix, ``touch`` the
 hits with any null blocks of a sliding window, allocate the rest, cache its full
 blocks), finish one (``free_blocks`` in vLLM's eviction order: the request's last block
 first), exhaust the pool (allocate every free block, evicting every cached one, then
@@ -121,7 +121,7 @@ def _probe_usage(api: PoolAPI) -> Any:
     return api.new_pool(16).get_usage()
 
 
-#: The named differences between releases found so far (docs/pool-subject-draft.md).
+#: The named differences between releases found so far (docs/appendix-pool.md).
 DESIGN_DIFFERENCES: dict[str, DesignDifference] = {
     d.name: d
     for d in (
@@ -136,7 +136,7 @@ DESIGN_DIFFERENCES: dict[str, DesignDifference] = {
                 {"result", "involved", "ref_cnt", "block_hash", "hash_map", "cached", "queue"}
             ),
             probe=_probe_free_order,
-            newer_from="0.25.0",
+            newer_from="0.24.0",
         ),
         DesignDifference(
             name="usage-excludes-null",

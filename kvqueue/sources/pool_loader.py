@@ -1,6 +1,6 @@
 """Turn a *pool source string* into vLLM's ``BlockPool`` class, without torch.
 
-Pool sources (docs/pool-subject-draft.md):
+Pool sources (docs/appendix-pool.md):
 
 =================================  =====================================================
 ``vllm==0.33.0``                   that release's ``vllm/v1/core/block_pool.py`` (0.10.0 on)

@@ -1,5 +1,5 @@
 """Stand-ins for the vLLM modules a release's ``block_pool.py`` imports, and the import
-hook that answers ``vllm.*`` from them (docs/pool-subject-draft.md).
+hook that answers ``vllm.*`` from them (docs/appendix-pool.md).
 
 ``block_pool.py`` imports ``vllm.logger``, ``vllm.distributed.kv_events``,
 ``vllm.v1.request``, ``vllm.multimodal.utils`` (0.31.0 on), ``vllm.v1.core.kv_cache_utils``

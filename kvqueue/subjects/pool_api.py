@@ -1,6 +1,6 @@
 """How to call a ``BlockPool`` of any release: by keyword, from its own signatures.
 
-vLLM's pool API drifted (docs/pool-subject-draft.md); :func:`pool_api` reads a pool
+vLLM's pool API drifted (docs/appendix-pool.md); :func:`pool_api` reads a pool
 class's signatures once and returns a :class:`PoolAPI` that calls every release the same
 way:
 

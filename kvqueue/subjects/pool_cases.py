@@ -6,7 +6,7 @@ drives it, one *operation* per case, and the loop that times it.
   ``free_blocks`` of those blocks; one operation is one round (both calls), so a reader
   can set the figure beside the sum of upstream's two per-call times. Upstream times
   1,000 rounds once, in one process, without warm-up or repeats; here the paired
-  per-process protocol applies. Freed blocks are unhashed, so from 0.25.0 on they go
+  per-process protocol applies. Freed blocks are unhashed, so from 0.24.0 on they go
   back to the front and the same blocks return every round (as upstream's loop does).
 - ``churn``: the allocation path of one request under prefix caching, with eviction:
   one operation is one request finished (its blocks freed last block first, as

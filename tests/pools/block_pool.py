@@ -1,6 +1,6 @@
 """Our own small ``BlockPool`` for the pool tests, shaped like vLLM's documented API.
 
-Written for these tests from the contract the pool gate checks (docs/pool-subject-draft.md):
+Written for these tests from the contract the pool gate checks (docs/appendix-pool.md):
 the null block is block 0, taken at construction and never queued; ``get_new_blocks``
 takes from the front of the free queue, evicting a cached block's hash; ``free_blocks``
 puts blocks whose count drops to 0 back, uncached ones at the front and cached ones at
