@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import time
@@ -204,7 +205,43 @@ def _announce(
                 f"differs from HOST {host} only in case: one machine? The report keeps the "
                 "two labels apart"
             )
+        other = _other_cpu(raw_dir / host)
+        if other:
+            line += (
+                f"\n{_prefix(command)}: note: HOST {host} in {raw_dir} holds runs of another "
+                f"CPU than this one ({other}): the report will keep this run apart as "
+                f"{host}#N; give this CPU a HOST label of its own"
+            )
     return line
+
+
+def _other_cpu(host_dir: Path) -> str:
+    """How this machine's CPU differs from the one the runs under ``host_dir`` were
+    measured on ('' when a run there has this CPU, or there is no readable run): a
+    label is one CPU (docs/design.md §6), and two VMs that lscpu names alike (vendor,
+    family, model, stepping) have differed in their flags."""
+    if not host_dir.is_dir():
+        return ""
+    from kvqueue import hostinfo, schema
+    from kvqueue.rawdata import host_keys
+
+    here = {"cpu_model": hostinfo.cpu_model(), "cpu": hostinfo.cpu_identity()}
+    mine = host_keys.cpu_identity(here)
+    seen: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for meta_path in sorted(host_dir.glob(f"*/{schema.RUN_JSON}")):
+        try:
+            machine = json.loads(meta_path.read_text(encoding="utf-8")).get("machine") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        ident = host_keys.cpu_identity(machine)
+        if ident is not None:
+            seen.setdefault(ident, machine)
+    if mine is None or not seen or mine in seen:
+        return ""
+    theirs = dict(next(iter(seen)))
+    ours = dict(mine)
+    differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    return "differs in " + ", ".join(differ)
 
 
 def _prefix(command: str) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from synthetic import write_run
 
+from kvqueue import __main__ as cli
 from kvqueue import hostinfo
 from kvqueue.ab import ab_analysis
 from kvqueue.params import report_params
@@ -355,3 +356,21 @@ def test_a_second_cpu_seen_only_in_a_counts_run_names_the_label(tmp_path: Path) 
         .loc[counts, "reason"]
         .startswith("newest counts run; CPU box#2 (host label box holds runs on 2 CPUs")
     )
+
+
+def test_a_measuring_command_notes_a_host_label_of_another_cpu(tmp_path: Path) -> None:
+    """Two VMs that lscpu names alike (vendor, family, model, stepping) have differed in
+    their flags: the report keeps such runs apart as label#2, and the command says so
+    before it measures, while another label can still be chosen."""
+
+    here = {"cpu_model": hostinfo.cpu_model(), "cpu": hostinfo.cpu_identity()}
+    other = json.loads(json.dumps(here))
+    other["cpu"]["flags_sha256"] = "0" * 64
+    for host, machine in (("same", here), ("other", other)):
+        run = tmp_path / host / "20260101T000000Z-cp311-aaaa"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"machine": machine}), encoding="utf-8")
+    line = cli._announce("bench", {"host": "other"}, tmp_path)
+    assert "note: HOST other in" in line and "differs in flags_sha256" in line, line
+    assert "note:" not in cli._announce("bench", {"host": "same"}, tmp_path)
+    assert "note:" not in cli._announce("bench", {"host": "new"}, tmp_path)
