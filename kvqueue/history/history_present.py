@@ -282,7 +282,7 @@ def _figure(versions: pd.DataFrame, steps: pd.DataFrame, counts: pd.DataFrame | 
                 fontsize=7.5,
             )
             ax.set_xlim(-0.6, len(order) - 0.4)
-            ax.set_title(f"{case} / {pool:,} — {interp} ({host})", fontsize=9)
+            ax.set_title(f"{case} / {pool:,}\n{interp} ({host})", fontsize=9)
             _percent_log_axis(ax, y_lo, y_hi)
             ax.set_ylabel("newer vs older (log)" if j == 0 else "")
     key_in = 0.17 * key_rows  # inches of the key: 9 pt lines
