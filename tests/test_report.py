@@ -91,9 +91,14 @@ def _report(raw: Path, root: Path, *extra: str) -> Path:
     return root / "reports"
 
 
-#: The figures the fixture's report shows: every one but the BlockPool forest (the
-#: fixture holds queue runs only; tests/test_pool_subject.py renders a pool report).
-SHOWN = {name: spec for name, spec in figures.FIGURES.items() if name != "forest_pool"}
+#: The figures the fixture's report shows: every one but the BlockPool's forest and
+#: release history (the fixture holds queue runs only; tests/test_pool_subject.py
+#: renders a pool report; a pool history section appears only with a pool history).
+SHOWN = {
+    name: spec
+    for name, spec in figures.FIGURES.items()
+    if name not in ("forest_pool", "history_pool")
+}
 
 
 @pytest.fixture(scope="module")
