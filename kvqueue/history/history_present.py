@@ -171,13 +171,16 @@ def _pool_note(head: pd.DataFrame, count: str) -> str:
         "passed the pool gate against the newest, with the differences by design named "
         "per pair."
     )
-    adapted = head.loc[head["adapter"] != "", ["releases", "adapter"]].drop_duplicates()
-    if len(adapted):
-        text += (
-            " Called through adaptations of the API drift: "
-            + "; ".join(f"{r.releases}: {r.adapter}" for r in adapted.itertuples())
-            + "."
-        )
+    # Consecutive versions with the same adaptations as one release range.
+    spans: list[list[str]] = []  # [first release, last release, adapter]
+    for r in head.drop_duplicates("version").sort_values("order").itertuples():
+        if spans and spans[-1][2] == r.adapter:
+            spans[-1][1] = str(r.last_release)
+        else:
+            spans.append([str(r.first_release), str(r.last_release), str(r.adapter)])
+    adapted = [f"{a if a == b else f'{a}–{b}'}: {how}" for a, b, how in spans if how]
+    if adapted:
+        text += " Called through adaptations of the API drift: " + "; ".join(adapted) + "."
     cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
     for r in cut.itertuples():
         text += (
