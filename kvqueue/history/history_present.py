@@ -127,7 +127,7 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
     lo, hi = n_versions.min(), n_versions.max()
     count = f"{lo}" if lo == hi else f"{lo}–{hi}"
     if str(head["version"].iloc[0]).startswith(schema.POOL_LABEL_PREFIX):
-        return _pool_note(head, count)
+        return _pool_note(head, count) + _reduced_text(head)
     text = (
         f"Each distinct (queue class, block class) version of the vLLM releases, "
         f"{count} per interpreter, timed in every process "
@@ -147,13 +147,17 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
             + ") are driven through the `popleft-loop` adapter: loops of "
             "`popleft()`/`append()`, as their own `BlockPool` did."
         )
+    return text + _reduced_text(head)
+
+
+def _reduced_text(head: pd.DataFrame) -> str:
+    """What the note says of each host × interpreter whose history shown is reduced."""
     cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
-    for r in cut.itertuples():
-        text += (
-            f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
-            f"reduced one ({r.reduced})."
-        )
-    return text
+    return "".join(
+        f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
+        f"reduced one ({r.reduced})."
+        for r in cut.itertuples()
+    )
 
 
 def _pool_note(head: pd.DataFrame, count: str) -> str:
@@ -181,12 +185,6 @@ def _pool_note(head: pd.DataFrame, count: str) -> str:
     adapted = [f"{a if a == b else f'{a}–{b}'}: {how}" for a, b, how in spans if how]
     if adapted:
         text += " Called through adaptations of the API drift: " + "; ".join(adapted) + "."
-    cut = head.loc[head["reduced"] != "", ["host", "interpreter", "reduced"]].drop_duplicates()
-    for r in cut.itertuples():
-        text += (
-            f" No full history of {r.host} / {r.interpreter} yet: the run shown is a "
-            f"reduced one ({r.reduced})."
-        )
     return text
 
 
