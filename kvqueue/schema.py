@@ -244,6 +244,11 @@ def split_name(text: str) -> tuple[str | None, str]:
 POOL_LABEL_PREFIX = "pool:"
 
 
+def is_pool_label(label: object) -> bool:
+    """Whether a variant or version label is a ``BlockPool``'s (:data:`POOL_LABEL_PREFIX`)."""
+    return str(label).startswith(POOL_LABEL_PREFIX)
+
+
 def variant_labels(sources: list[str], prefix: str = "") -> list[str]:
     """Return unique labels: ``prefix`` and the ``NAME=`` of a named source, else the
     source string; a source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""

@@ -217,9 +217,7 @@ def discoveries(steps: list[dict[str, Any]], q: float) -> list[dict[str, Any]]:
     families: dict[str, list[int]] = {}
     for i, s in enumerate(steps):
         # The queue's history and the pool's answer two questions: two families.
-        answer = (
-            "pool" if str(s.get("from_version", "")).startswith(schema.POOL_LABEL_PREFIX) else ""
-        )
+        answer = "pool" if schema.is_pool_label(s.get("from_version", "")) else ""
         families.setdefault(answer if s["headline"] else s["run_id"], []).append(i)
     significant = [False] * len(steps)
     for members in families.values():

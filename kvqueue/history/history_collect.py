@@ -46,7 +46,7 @@ from kvqueue.rawdata import raw_reader
 from kvqueue.sources import cache_paths, loader, pool_loader
 from kvqueue.sources.fetch_errors import FetchError, ModuleMissing, NoReadableWheel
 from kvqueue.sources.package_index import IndexFile, list_releases
-from kvqueue.sources.release_cache import MEMBER
+from kvqueue.sources.release_cache import MEMBER, POOL_MEMBER
 from kvqueue.sources.release_fetch import fetch_members, fetch_release
 from kvqueue.sources.versions import is_version, version_key
 from kvqueue.subjects import pool_api
@@ -330,17 +330,22 @@ def releases_from_text(text: str | None) -> list[str] | None:
 def own_version_record(variant: loader.Variant) -> dict[str, Any]:
     """The ``run.json`` history entry of a user's own source (``NEWEST``): no releases
     (the report labels its step ``<last release> → <label>``), its digests and adapter."""
+    return _own_record(_queue_version(variant), variant.label, variant.source)
+
+
+def _own_record(version: Version, label: str, source: str) -> dict[str, Any]:
+    """The history entry of ``NEWEST``'s ``version`` (its releases: none)."""
     return {
-        "label": variant.label,
-        "source": variant.source,
-        "key": version_key_of(variant.queue_src.text, variant.block_src.text),
-        "queue_class_sha256": variant.queue_src.sha256,
-        "block_class_sha256": variant.block_src.sha256,
+        "label": label,
+        "source": source,
+        "key": version.key,
+        "queue_class_sha256": version.queue_sha256,
+        "block_class_sha256": version.block_sha256,
         "releases": [],
         "first_release": None,
-        "adapter": variant.adapter,
-        "missing_methods": list(variant.missing),
-        "structure": variant.structure,
+        "adapter": version.adapter,
+        "missing_methods": list(version.missing),
+        "structure": version.structure,
         "non_consecutive": False,
     }
 
@@ -359,19 +364,8 @@ def _own_version(newest: str, subject: str) -> dict[str, Any]:
     except pool_loader.PoolSourceError as exc:
         raise BenchInputError(f"NEWEST: {exc}") from None
     label = schema.variant_labels([newest], schema.POOL_LABEL_PREFIX)[0]
-    return {
-        "label": label,
-        "source": pool.source,
-        "key": pool.code_sha256,
-        "queue_class_sha256": pool.code_sha256,
-        "block_class_sha256": "",
-        "releases": [],
-        "first_release": None,
-        "adapter": None,
-        "missing_methods": [],
-        "structure": loader.STRUCTURE_SENTINELS,
-        "non_consecutive": False,
-    }
+    code = Version(key=pool.code_sha256, queue_sha256=pool.code_sha256, block_sha256="")
+    return _own_record(code, label, pool.source)
 
 
 def run_history(
@@ -435,10 +429,9 @@ def run_history(
 
 
 # ------------------------------------------------------------------ make diffs
-def history_releases(raw_dir: Path | str, pool: bool = False) -> list[str]:
-    """One release per distinct version of every history run (timed or counted) under
-    ``raw_dir``, oldest first: the releases whose text the step diffs show (the
-    releases of one version share it). ``pool``: of the ``BlockPool`` histories only.
+def _first_releases(raw_dir: Path | str) -> dict[str, str]:
+    """Version label -> its first release, over every history run (timed or counted)
+    under ``raw_dir``.
 
     Raises
     ------
@@ -454,10 +447,24 @@ def history_releases(raw_dir: Path | str, pool: bool = False) -> list[str]:
         except raw_reader.RawDataError:
             continue  # the report names it; it has no diff to show
         for version in (meta.get(schema.HISTORY_KEY) or {}).get("versions", []):
-            label = str(version["label"])
-            if version.get("releases") and (not pool or label.startswith(schema.POOL_LABEL_PREFIX)):
-                first.setdefault(label, str(version["releases"][0]))
-    return sorted(set(first.values()), key=version_key)
+            if version.get("releases"):
+                first.setdefault(str(version["label"]), str(version["releases"][0]))
+    return first
+
+
+def history_releases(raw_dir: Path | str, pool: bool = False) -> list[str]:
+    """One release per distinct version of every history run (timed or counted) under
+    ``raw_dir``, oldest first: the releases whose text the step diffs show (the
+    releases of one version share it). ``pool``: of the ``BlockPool`` histories only.
+
+    Raises
+    ------
+    kvqueue.rawdata.raw_reader.RawDataError
+        The raw folder is missing.
+    """
+    first = _first_releases(raw_dir)
+    chosen = {r for label, r in first.items() if not pool or schema.is_pool_label(label)}
+    return sorted(chosen, key=version_key)
 
 
 def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = print) -> int:
@@ -471,14 +478,14 @@ def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = pri
         A release could not be read (offline: the index pip is configured with is
         unreachable), with its one-line reason.
     """
-    releases = history_releases(raw_dir)
-    pools = set(history_releases(raw_dir, pool=True))
-    pool_member = "vllm/v1/core/block_pool.py"
+    first = _first_releases(raw_dir)
+    releases = sorted(set(first.values()), key=version_key)
+    pools = {r for label, r in first.items() if schema.is_pool_label(label)}
     missing = [
         r
         for r in releases
         if not cache_paths.cached_path(r).is_file()
-        or (r in pools and not cache_paths.member_cached_path(r, pool_member).is_file())
+        or (r in pools and not cache_paths.member_cached_path(r, POOL_MEMBER).is_file())
     ]
     started = time.perf_counter()
     for k, release in enumerate(missing, 1):

@@ -19,11 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvqueue.sources import cache_paths
+from kvqueue.sources.release_cache import POOL_MEMBER
 
 #: The classes whose text a history step compares: the queue and the block it links.
 CLASSES = ("KVCacheBlock", "FreeKVCacheBlockQueue")
-#: The pool's own file, diffed whole before the classes in a ``BlockPool`` history.
-POOL_MEMBER = "vllm/v1/core/block_pool.py"
 #: Most diff lines shown per step: a rewrite (0.9.2 -> 0.10.0 replaces the queue) would
 #: otherwise fill the writeup; the rest is counted.
 MAX_LINES = 40
@@ -99,7 +98,7 @@ def step_diff(
     max_lines: int = MAX_LINES,
     pool: bool = False,
 ) -> str:
-    """The diff of :data:`CLASSES` (``pool``: :data:`POOL_MEMBER` first) between two
+    """The diff of :data:`CLASSES` (``pool``: ``block_pool.py`` first) between two
     history versions, as Markdown.
 
     Parameters

@@ -126,7 +126,7 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
     adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
     lo, hi = n_versions.min(), n_versions.max()
     count = f"{lo}" if lo == hi else f"{lo}–{hi}"
-    if str(head["version"].iloc[0]).startswith(schema.POOL_LABEL_PREFIX):
+    if schema.is_pool_label(head["version"].iloc[0]):
         return _pool_note(head, count) + _reduced_text(head)
     text = (
         f"Each distinct (queue class, block class) version of the vLLM releases, "

@@ -398,7 +398,7 @@ def _history(question: Question) -> list[Section]:
     runs = versions[["host", "interpreter", "run_id"]].drop_duplicates()
     steps = _ordered_steps(steps, versions) if not steps.empty else steps
     hosts, pythons = runs["host"].nunique(), runs["interpreter"].nunique()
-    pool = str(head["version"].iloc[0]).startswith(schema.POOL_LABEL_PREFIX)
+    pool = schema.is_pool_label(head["version"].iloc[0])
     what = (
         "ns per operation (a round of vLLM's loop, or a request) of {n} distinct versions "
         "of vLLM's `BlockPool` as each release runs it (its `block_pool.py` and what it "

@@ -71,8 +71,8 @@ class Question:
         an A/B pair of pools, or the release history of the pool."""
         if self.kind == HISTORY:
             labels = [*self.data.history["version"], *self.data.count_steps["from_version"]]
-            return any(str(v).startswith(schema.POOL_LABEL_PREFIX) for v in labels)
-        return self.pair is not None and self.pair[0].startswith(schema.POOL_LABEL_PREFIX)
+            return any(schema.is_pool_label(v) for v in labels)
+        return self.pair is not None and schema.is_pool_label(self.pair[0])
 
     @property
     def hosts(self) -> int:
