@@ -300,11 +300,13 @@ def _age_row(policy: str, process: int, lo: float, hi: float, desc: int, ns: int
     }  # fmt: skip
 
 
-def _age_run(raw: Path, run_id: str, late: int, processes: int = 6) -> Path:
+def _age_run(
+    raw: Path, run_id: str, late: int, processes: int = 6, host: str = "h", scale: float = 1.0
+) -> Path:
     """A steady-state run: lru 400 descriptors per 10 READs; contig-w4 200 in the
-    first half and ``late`` in the second (and early windows)."""
+    first half and ``late`` in the second (and early windows); its ages × ``scale``."""
     record = {
-        "kind": "policy", "run_id": run_id, "host": "h", "status": "running",
+        "kind": "policy", "run_id": run_id, "host": host, "status": "running",
         "started_at": f"2026-01-01T00:00:0{run_id[-1]}+00:00", "protocol": schema.POLICY_PROTOCOL,
         "parameters": {"variant": "kvqueue", "threshold": 8, "regime": "chat",
                        "desc_cost_ns": 1000.0},
@@ -315,11 +317,12 @@ def _age_run(raw: Path, run_id: str, late: int, processes: int = 6) -> Path:
         "process_info": [], "schema_version": schema.SCHEMA_VERSION, "ended_at": None,
         "machine": {}, "seeds": {}, "project": {},
     }  # fmt: skip
-    writer = run_folder.RunWriter(raw / "h" / run_id, record, policy_collect.POLICY_TABLE)
+    writer = run_folder.RunWriter(raw / host / run_id, record, policy_collect.POLICY_TABLE)
     for k in range(1, processes + 1):
         jitter = k % 3  # processes differ a little
         rows = []
         for lo, hi, contig in ((0.0, 1.0, 100), (1.0, 2.0, 200), (2.0, 3.0, late)):
+            lo, hi = lo * scale, hi * scale
             rows.append(_age_row("lru", k, lo, hi, 400 + jitter, 10_000 + 10 * jitter))
             rows.append(_age_row("contig-w4", k, lo, hi, contig + jitter, 30_000 + 10 * jitter))
         writer.add_process("main", k, rows, {"process": k})
@@ -349,7 +352,7 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     assert _steady(one, "ns_saved")["estimate"] == pytest.approx(20_000, rel=0.02)
     assert _steady(one, "net_ns")["estimate"] == pytest.approx(18_000, rel=0.03)
     shown = policy_present.display_table(table)
-    head = next(c for c in shown.columns if c.startswith("steady state"))
+    head = "steady state: descriptors per READ ÷ (vs lru)"
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0].startswith("2.0")
     note = policy_present.note(table, 0.95)
     assert "net gain" in note
@@ -359,13 +362,26 @@ def test_agreeing_halves_settle_and_give_the_net_line(tmp_path: Path) -> None:
     assert "1 of 1 windows are a net gain (`contig-w4`)" in note
 
 
+def test_runs_of_other_lengths_share_the_table_without_empty_cells(tmp_path: Path) -> None:
+    # Two steady-state runs with other measurement windows (1-3 and 5-15 turnovers): each
+    # row names its own window, and no cell of either is missing (the window in the
+    # header left the other run's cells NaN, printed as "nan").
+    raw = tmp_path / "raw"
+    _age_run(raw, "r1", late=200, host="a")
+    _age_run(raw, "r2", late=200, host="b", scale=5.0)
+    shown = policy_present.display_table(synthetic.policy_table(raw))
+    assert not shown.isna().any().any()
+    assert "nan" not in shown.to_string()
+    assert sorted(set(shown["steady state (turnovers)"])) == ["1–3", "5–15"]
+
+
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _age_run(raw, "r1", late=350)
     table = synthetic.policy_table(raw)
     assert _steady(table, "settled")["estimate"] == 0.0
     shown = policy_present.display_table(table)
-    head = next(c for c in shown.columns if c.startswith("steady state"))
+    head = "steady state: descriptors per READ ÷ (vs lru)"
     assert shown.loc[shown["policy"] == "contig-w4", head].iloc[0] == "not settled"
     note = policy_present.note(table, 0.95)
     assert "not settled" in note
@@ -380,7 +396,7 @@ def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None
     _age_run(raw, "r1", late=200, processes=1)
     table = synthetic.policy_table(raw)
     shown = policy_present.display_table(table)
-    head = next(c for c in shown.columns if c.startswith("steady state"))
+    head = "steady state: descriptors per READ ÷ (vs lru)"
     cell = shown.loc[shown["policy"] == "contig-w4", head].iloc[0]
     assert cell.startswith("2.0") and cell.endswith(f"[{TOO_FEW}]"), cell
     net = shown.loc[shown["policy"] == "contig-w4", "net ns / request"].iloc[0]
@@ -397,7 +413,7 @@ def test_three_processes_settle_but_time_needs_six(tmp_path: Path) -> None:
     _age_run(raw, "r1", late=200, processes=3)
     table = synthetic.policy_table(raw)
     shown = policy_present.display_table(table)
-    head = next(c for c in shown.columns if c.startswith("steady state"))
+    head = "steady state: descriptors per READ ÷ (vs lru)"
     row = shown[shown["policy"] == "contig-w4"].iloc[0]
     assert "[" in row[head] and TOO_FEW not in row[head], row[head]
     assert row["allocator ns added / request"].endswith(f"[{TOO_FEW}]")
