@@ -140,9 +140,7 @@ def display_table(policy: pd.DataFrame) -> pd.DataFrame:
                     "processes": int(grp[grp["policy"] == name]["n_processes"].iloc[0]),
                     # The window is a column, not part of a header: runs of other
                     # lengths in one table left every other run's cells NaN.
-                    "steady state (turnovers)": (
-                        f"{first.split('–')[0]}–{second.split('–')[-1]}"
-                    ),
+                    "steady state (turnovers)": (f"{first.split('–')[0]}–{second.split('–')[-1]}"),
                     "steady state: descriptors per READ ÷ (vs lru)": headline,
                     "÷ first half": _cell(_get(grp, name, "desc_reduction", first), 2),
                     "÷ second half": _cell(_get(grp, name, "desc_reduction", second), 2),
