@@ -566,6 +566,7 @@ def _cmd_check_queue(args: argparse.Namespace) -> int:
         update=p.update,
         announce=_announce("check-queue", texts),
     )
+    print(queue_check.summary(outcomes), flush=True)
     return queue_check.exit_status(outcomes)
 
 

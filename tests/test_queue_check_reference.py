@@ -360,6 +360,60 @@ def test_a_failed_count_is_one_line_and_the_others_still_print_and_record(
     assert by_python == {"3.12.1": 100.0, "3.13.0": 99.0}
 
 
+def test_the_last_line_says_which_interpreter_failed_and_why(
+    tmp_path: Path, counter: FakeCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A CI log keeps only the end of the output: the closing line names the failure.
+    py310, py311, py312 = (
+        _fake_python(tmp_path, f"p{v}", v) for v in ("3.10.1", "3.11.1", "3.12.1")
+    )
+    ref = tmp_path / "r.json"
+    _record(ref, f"{py310} {py311} {py312}")
+    capsys.readouterr()
+    counter.counts[py310] = BenchError("counted process (zero  */2048) exited 1: boom")
+    counter.counts[py311] = {"alloc1": 103.0, "alloc2": 200.0}
+    status, out, _ = _run(
+        ["--pythons", f"{py310} {py311} {py312}", "--reference", str(ref)], capsys
+    )
+    assert status == 1
+    last = out.splitlines()[-1]
+    assert last.startswith("check-queue FAILED: ")
+    assert "CPython 3.10.1 ERROR: counted process (zero  */2048) exited 1: boom" in last
+    assert "CPython 3.11.1 FAILED: alloc1: 103.0 instructions/op vs 100.0 (+3.00 %)" in last
+    assert last.endswith("ok: CPython 3.12.1")
+    counter.counts.clear()
+    status, out, _ = _run(["--pythons", f"{py310} {py312}", "--reference", str(ref)], capsys)
+    assert status == 0 and out.splitlines()[-1] == "check-queue passed: ok: CPython 3.10.1, 3.12.1"
+
+
+def test_an_entry_recorded_on_another_cpu_says_so(
+    tmp_path: Path,
+    counter: FakeCounter,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    py = _fake_python(tmp_path, "p312", "3.12.1")
+    ref = tmp_path / "r.json"
+    amd = {"vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1}
+    monkeypatch.setattr(queue_check.hostinfo, "cpu_model", lambda: "AMD EPYC")
+    monkeypatch.setattr(queue_check.hostinfo, "cpu_identity", lambda: dict(amd))
+    _record(ref, py)
+    entry = next(iter(json.loads(ref.read_text())["entries"].values()))
+    assert entry["machine"] == {"cpu_model": "AMD EPYC", "cpu": amd}
+    capsys.readouterr()
+    status, out, _ = _run(["--pythons", py, "--reference", str(ref)], capsys)
+    assert status == 0 and "another CPU" not in out
+    intel = {"vendor": "GenuineIntel", "family": 6, "model": 207, "stepping": 2}
+    monkeypatch.setattr(queue_check.hostinfo, "cpu_model", lambda: "Intel(R) Xeon(R) Processor")
+    monkeypatch.setattr(queue_check.hostinfo, "cpu_identity", lambda: dict(intel))
+    status, out, _ = _run(["--pythons", py, "--reference", str(ref)], capsys)
+    assert status == 0
+    assert (
+        "recorded on another CPU (AuthenticAMD family 25 model 17 stepping 1; here "
+        "GenuineIntel family 6 model 207 stepping 2)" in out
+    )
+
+
 # ------------------------------------------------------------------ the counted worker
 
 

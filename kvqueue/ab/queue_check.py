@@ -60,6 +60,7 @@ from kvqueue import hostinfo
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.measure import cachegrind, interpreter_checks
 from kvqueue.params.spec import resolve_in_repo
+from kvqueue.rawdata import host_keys
 from kvqueue.stats import count_figures
 
 REFERENCE = Path("data") / "reference" / "queue-instructions.json"
@@ -389,8 +390,63 @@ def _entry(
         "options": valgrind.options(),
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "project_commit": hostinfo.project_info().get("commit") or "",
+        "machine": _machine(),
         "instructions_per_op": {c: round(v, 3) for c, v in per_op.items()},
     }
+
+
+def _machine() -> dict[str, Any]:
+    """The CPU counted on, as ``run.json`` records it (``cpu_model``, ``cpu``)."""
+    return {"cpu_model": hostinfo.cpu_model(), "cpu": hostinfo.cpu_identity()}
+
+
+def _cpu_words(machine: Mapping[str, Any]) -> str:
+    """'AuthenticAMD family 25 model 17 stepping 1' ('' when unknown)."""
+    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
+    words = [str(cpu["vendor"])] if cpu.get("vendor") else []
+    words += [f"{f} {cpu[f]}" for f in ("family", "model", "stepping") if cpu.get(f) is not None]
+    return " ".join(words)
+
+
+def _machine_note(entry: Mapping[str, Any], here: Mapping[str, Any]) -> str:
+    """A line when the entry was recorded on another CPU than this one ('' otherwise,
+    or when the entry names none: entries recorded before 2026-12-04)."""
+    theirs = entry.get("machine")
+    if not isinstance(theirs, dict):
+        return ""
+    a, b = host_keys.cpu_identity(theirs), host_keys.cpu_identity(here)
+    if a is None or b is None or a == b:
+        return ""
+    return (
+        f"  recorded on another CPU ({_cpu_words(theirs) or theirs.get('cpu_model')}; "
+        f"here {_cpu_words(here) or here.get('cpu_model')}): the C library's string and "
+        "copy routines are chosen per CPU, so counts may differ a little"
+    )
+
+
+def summary(outcomes: Sequence[Outcome]) -> str:
+    """The closing line: every interpreter's verdict, what failed first.
+
+    A CI log keeps the end of the output: this line says what failed and why even when
+    the tables above it are cut off.
+    """
+    short = {o.python: o.lines[0].split("(CPython ", 1)[-1].split(")", 1)[0] for o in outcomes}
+    bad = [o for o in outcomes if o.status in ("failed", "error")]
+    parts = []
+    for o in bad:
+        if o.status == "error":
+            why = o.lines[0].split(": count failed: ", 1)[-1]
+        else:
+            why = "; ".join(ln.strip() for ln in o.lines[1:] if "SLOWER" in ln)
+        parts.append(f"CPython {short[o.python]} {o.status.upper()}: {why}")
+    for status in ("ok", "recorded", "skipped"):
+        names = [short[o.python] for o in outcomes if o.status == status]
+        if names:
+            parts.append(f"{status}: CPython {', '.join(names)}")
+    verdict = "FAILED" if bad else "passed"
+    if not any(o.status in ("ok", "recorded") for o in outcomes):
+        verdict = "FAILED (nothing compared)"
+    return f"check-queue {verdict}: " + "; ".join(parts)
 
 
 def _write(reference: Path, data: Mapping[str, Any]) -> None:
@@ -478,6 +534,7 @@ def check(
 
     outcomes: list[Outcome] = []
     recorded = 0
+    here = _machine()
     try:
         for interp in interpreters:
             python, short, key = interp.python, interp.version, interp.key
@@ -518,6 +575,9 @@ def check(
             assert entry is not None
             lines, failed = compare_lines(per_op, entry, threshold)
             lines.insert(0, _digest_note(entry, identity))
+            other = _machine_note(entry, here)
+            if other:
+                lines.insert(1, other)
             head = (
                 f"check-queue: {python} (CPython {short}), {queue}: {'FAILED' if failed else 'ok'}"
             )
