@@ -301,14 +301,20 @@ def _age_row(policy: str, process: int, lo: float, hi: float, desc: int, ns: int
 
 
 def _age_run(
-    raw: Path, run_id: str, late: int, processes: int = 6, host: str = "h", scale: float = 1.0
+    raw: Path,
+    run_id: str,
+    late: int,
+    processes: int = 6,
+    host: str = "h",
+    scale: float = 1.0,
+    regime: str = "chat",
 ) -> Path:
     """A steady-state run: lru 400 descriptors per 10 READs; contig-w4 200 in the
     first half and ``late`` in the second (and early windows); its ages × ``scale``."""
     record = {
         "kind": "policy", "run_id": run_id, "host": host, "status": "running",
         "started_at": f"2026-01-01T00:00:0{run_id[-1]}+00:00", "protocol": schema.POLICY_PROTOCOL,
-        "parameters": {"variant": "kvqueue", "threshold": 8, "regime": "chat",
+        "parameters": {"variant": "kvqueue", "threshold": 8, "regime": regime,
                        "desc_cost_ns": 1000.0},
         "policies": ["lru", "contig-w4"], "trace": None,
         "python": {"implementation": "CPython", "version": "3.12.0"},
@@ -373,6 +379,24 @@ def test_runs_of_other_lengths_share_the_table_without_empty_cells(tmp_path: Pat
     assert not shown.isna().any().any()
     assert "nan" not in shown.to_string()
     assert sorted(set(shown["steady state (turnovers)"])) == ["1–3", "5–15"]
+
+
+def test_the_answer_is_one_reading_per_regime_from_its_longest_run(tmp_path: Path) -> None:
+    # Host "a" sorts first but measured agentic to 3 turnovers, "b" to 15; chat only on
+    # "b". The first host's readings alone were the answer, which left chat out.
+    raw = tmp_path / "raw"
+    _age_run(raw, "r1", late=200, host="a", regime="agentic")
+    _age_run(raw, "r2", late=200, host="b", scale=5.0, regime="agentic")
+    _age_run(raw, "r3", late=200, host="b", regime="chat")
+    table = synthetic.policy_table(raw)
+    _method, readings, _older = policy_present.note_parts(table, 0.95)
+    shown, folded = policy_present.split_readings(table, readings)
+    assert [r.split("**")[1] for r in shown] == [
+        "b, CPython 3.12.0, agentic",
+        "b, CPython 3.12.0, chat",
+    ]
+    assert folded == []  # host a is not shown: its figures are in the table
+    assert "break-even is " in shown[0]  # one window: no "ranges from x to x"
 
 
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:

@@ -515,12 +515,6 @@ def _commands(target: str, data: store.Processed, runs: pd.DataFrame) -> str:
 # policy study
 
 
-def _version_rank(interpreter: str) -> tuple[int, ...]:
-    """``CPython 3.12.1`` -> (3, 12, 1), for picking the newest interpreter."""
-    digits = interpreter.rsplit(" ", 1)[-1].split(".")
-    return tuple(int(d) if d.isdigit() else 0 for d in digits)
-
-
 def _policy(question: Question) -> list[Section]:
     data = question.data
     table = policy_present.display_table(data.policy)
@@ -538,9 +532,8 @@ def _policy(question: Question) -> list[Section]:
     runs = runs.assign(regime=runs["regime"].fillna(""))
     older = policy_present.older_runs(data.policy)
     # The note is the method (two paragraphs), then one reading per host × interpreter ×
-    # regime (about 1,000 characters each). The first host's newest interpreter, one
-    # reading per regime, is the visible answer; every reading is folded below it (eight
-    # visible readings took 10,591 characters of 1 host × 4 interpreters' 8,000).
+    # regime (about 1,000 characters each); one per regime is visible (eight visible
+    # readings took 10,591 characters of 1 host × 4 interpreters' 8,000).
     method, readings, older_line = policy_present.note_parts(data.policy, data.settings.confidence)
     if older_line:
         # The line naming the older protocol's runs belongs to the method, not the answer.
@@ -557,21 +550,20 @@ def _policy(question: Question) -> list[Section]:
         )
     else:
         intro = f"Allocation policies on the churn workload: no steady-state run; {older_text}."
-    newest = sorted(runs["interpreter"].unique(), key=_version_rank)[-1:] if len(runs) else []
-    shown = [
-        r for r in readings if hosts and any(r.startswith(f"**{hosts[0]}, {i}") for i in newest)
-    ] or readings[:1]
-    # The first host's other readings are folded; the other hosts' numbers are in the
-    # table (their readings too would take 32,000 characters at 4 hosts).
-    rest = [r for r in readings if r not in shown and hosts and r.startswith(f"**{hosts[0]}, ")]
+    # One reading per regime is the answer (policy_present.split_readings); the shown
+    # hosts' other readings are folded, every host's numbers are in the table.
+    shown, rest = policy_present.split_readings(data.policy, readings)
     answer = "\n\n".join(shown)
     if rest:
         answer += (
-            f"\n\n<details><summary>Every reading of {hosts[0]} ({len(rest) + len(shown)}: "
-            "interpreter × regime)</summary>\n\n" + "\n\n".join(rest) + "\n\n</details>"
+            f"\n\n<details><summary>The other readings of "
+            f"{', '.join(sorted({r.split(',', 1)[0].strip('*') for r in shown}))} "
+            f"({len(rest)}: interpreter × regime)</summary>\n\n"
+            + "\n\n".join(rest)
+            + "\n\n</details>"
         )
     if len(hosts) > 1:
-        answer += "\n\nThe other hosts' figures are in the table below."
+        answer += "\n\nEvery host's figures are in the table below."
     if replaced:
         answer += "\n\n" + replaced
     # Only the older protocol measured: its runs are named, and no empty answer, figure
