@@ -5,6 +5,7 @@ regression check that fails on a deliberately slowed copy of our queue."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -228,6 +229,85 @@ def test_two_counts_agree_to_a_hundredth_of_a_percent() -> None:
             cachegrind.count(sys.executable, spec, valgrind=valgrind, progress=quiet)
         )
     assert abs(a[0].instructions / b[0].instructions - 1) < 1e-4
+
+
+_PER_OP = """
+import io, json, sys
+from kvqueue.measure import cachegrind
+from kvqueue.stats import count_figures
+spec = json.loads(sys.argv[1])
+rows = cachegrind.count(sys.executable, spec, valgrind=cachegrind.find_valgrind(),
+                        progress=io.StringIO())
+print(json.dumps({c.case: c.instructions for c in count_figures.per_op(rows)}))
+"""
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_counts_do_not_depend_on_where_the_project_is_checked_out(tmp_path: Path) -> None:
+    # The project's package copied under folder names of four lengths, counted from each
+    # (the runner's folder as well). With the checkout's own path on the counted
+    # process's PYTHONPATH, 18 more characters moved CPython 3.11.7's alloc2 by -1.5 %.
+    spec = {
+        "sources": ["kvqueue"], "labels": ["kvqueue"], "block_source": None,
+        "block_mode": "shared", "expected_sha256": {}, "cases": ["alloc2", "remove"],
+        "pools": [2048], "seed": 1, "case_seed": 1,
+    }  # fmt: skip
+    got = []
+    for name in ("a", "b" * 7, "c" * 23, "d" * 61):
+        home = tmp_path / name
+        shutil.copytree(
+            REPO / "kvqueue", home / "kvqueue", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", _PER_OP, json.dumps(spec)],
+            cwd=home, env={**os.environ, "PYTHONPATH": str(home)},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        got.append(json.loads(out.stdout))
+    for case in spec["cases"]:
+        values = [g[case] for g in got]
+        assert max(values) / min(values) - 1 < 0.002, (case, values)
+
+
+def test_a_counted_process_imports_through_paths_of_one_length(tmp_path: Path) -> None:
+    # What keeps the counts above apart from the checkout: nothing the counted process
+    # imports or reads names the project's own folder, only the fixed-length root.
+    root = cachegrind._fixed_root(tmp_path)
+    probe = (
+        "import sys, kvqueue.sources.loader as l, kvqueue.sources.cache_paths as c\n"
+        "print(sys.path[0]); print(l.__file__); print(l._OWN_FILE); print(c.cache_dir())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, env=cachegrind._env(root),
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    project = str(REPO)
+    assert all(not line.startswith(project) for line in out), out
+    assert out[1].startswith(str(root)) and out[2].startswith(str(root)), out
+    assert out[3] == str(root / "cache" / "kvqueue")
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_a_source_given_by_a_relative_path_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The counted process starts in a folder of its own; the path is the runner's.
+    queue = _our_queue(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = queue.replace(f"{tmp_path}/", "")
+    assert not relative.startswith("/")
+    spec = {
+        "sources": [relative], "labels": ["mine"], "block_source": None,
+        "block_mode": "shared", "expected_sha256": {}, "cases": ["alloc1"],
+        "pools": [64], "seed": 1, "case_seed": 1,
+    }  # fmt: skip
+    with open(os.devnull, "w") as quiet:
+        rows = cachegrind.count(
+            sys.executable, spec, valgrind=cachegrind.find_valgrind(), progress=quiet
+        )
+    assert count_figures.per_op(rows)[0].instructions > 0
 
 
 @pytest.mark.slow

@@ -72,7 +72,7 @@ CASES = ("alloc1", "alloc2", "mix", "popappend", "remove")
 POOL = 2048
 SEED = 1
 #: The plan's fields, in the order a change of plan is printed.
-PLAN_FIELDS = ("pool", "cases", "warmup_ops", "target_ops", "seed")
+PLAN_FIELDS = ("pool", "cases", "warmup_ops", "target_ops", "seed", "layout")
 
 # Runs under any interpreter (Python 2.7 included), so that an old one is named as such.
 
@@ -126,6 +126,7 @@ def plan_of(cases: Sequence[str]) -> dict[str, Any]:
         "warmup_ops": cachegrind.WARMUP_OPS,
         "target_ops": cachegrind.TARGET_OPS,
         "seed": SEED,
+        "layout": cachegrind.LAYOUT,
     }
 
 
