@@ -158,6 +158,25 @@ def test_a_reference_of_another_plan_is_refused(tmp_path: Path, counter: FakeCou
     assert counter.calls == []
 
 
+def test_a_reference_counted_with_the_checkouts_own_paths_is_re_recorded(
+    tmp_path: Path, counter: FakeCounter
+) -> None:
+    # Entries recorded before the counted process's paths had one length (no "layout"
+    # in their plan) differ by up to 1.5 %: refused by name, and UPDATE=1 replaces them.
+    ref = tmp_path / "r.json"
+    queue_check.check([sys.executable], reference=ref, update=True)
+    data = json.loads(ref.read_text())
+    for entry in data["entries"].values():
+        entry["plan"].pop("layout")
+    ref.write_text(json.dumps(data))
+    with pytest.raises(BenchInputError, match=r"another plan \(layout None -> 2\)"):
+        queue_check.check([sys.executable], reference=ref)
+    assert [o.status for o in queue_check.check([sys.executable], reference=ref, update=True)] == [
+        "recorded"
+    ]
+    assert [o.status for o in queue_check.check([sys.executable], reference=ref)] == ["ok"]
+
+
 def test_update_prints_old_to_new_per_case(
     tmp_path: Path, counter: FakeCounter, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -163,8 +163,9 @@ def _check_entry(path: Path, key: str, entry: object) -> None:
         isinstance(queue, dict)
         and isinstance(queue.get("source"), str)
         and isinstance(queue.get("class_sha256"), str)
+        # A plan without a newer field (layout) is another plan, which the comparison
+        # names and UPDATE=1 re-records; refused here, UPDATE=1 could not replace it.
         and isinstance(plan, dict)
-        and all(f in plan for f in PLAN_FIELDS)
         and isinstance(counts, dict)
         and all(isinstance(v, int | float) and v > 0 for v in counts.values())
     )
