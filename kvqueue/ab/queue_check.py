@@ -30,18 +30,16 @@ valgrind itself. A count that fails is one line for its interpreter; the others 
 still counted and print their tables (and are recorded by ``UPDATE=1``), and the exit
 status is 1.
 
-Why 1 %: counts of identical code in two folders used to differ by up to 0.51 % (CPython
-3.11.7: about +12 to +15 instructions per operation on every case, from ``.pyc`` files of
-3.11's tag left in one folder and read by the counted process; 3.13.0: 0.165 %, and up to
-4.1 % from a collection after the loops: :mod:`kvqueue.measure.counted_worker`). With no
-``.pyc`` read (:mod:`kvqueue.measure.cachegrind`), no collection and no finalization
-counted, the same code in two folders agreed within 0.02 % on 3.11.7, 0.014 % on 3.12.1
-and 0.044 % on 3.13.0 (five cases, pool 2,048; docs/appendix-counts.md); but a
-full check from a third folder against the committed reference still differed by up to
-0.34 % on 3.11.7 (-7.9 instructions per operation; 0.16 % on 3.10.13's alloc2, 0.07 % on
-3.12.1, 0.12 % on 3.13.0): the heap's layout still moves counts by a few tenths. CI counts in a
-fresh clone elsewhere, so 1 % leaves a wide margin; a real change of the code path
-(three wasted bytecodes in ``popleft_n``) is well above it.
+Why 1 %: counts of identical code used to differ by where and by whom they were made:
+up to 0.51 % from ``.pyc`` files and a collection (now neither is counted), then up to
+1.5 % (CPython 3.11.7's alloc2, by the checkout's folder name) and 7 % (3.10.13's
+popappend, by the caller's environment) from where the loops' objects landed in memory;
+CI, in a checkout of its own, failed it twice (the tables it kept were within 0.1 %, the failing one was cut off). Since plan ``layout`` 2 the counted process's paths and
+environment are the same wherever it runs (:mod:`kvqueue.measure.cachegrind`), and a
+check from another checkout under ``env -i`` matched the reference to 0.00-0.04 %. 1 %
+leaves room for another CPU (the C library's routines differ by CPU: about 0.2 % seen
+between CI's machine and an AMD VM on 3.13.0); a real change of the code path (three wasted
+bytecodes in ``popleft_n``) is well above it.
 """
 
 from __future__ import annotations
