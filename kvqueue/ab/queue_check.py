@@ -34,12 +34,13 @@ Why 1 %: counts of identical code used to differ by where and by whom they were 
 up to 0.51 % from ``.pyc`` files and a collection (now neither is counted), then up to
 1.5 % (CPython 3.11.7's alloc2, by the checkout's folder name) and 7 % (3.10.13's
 popappend, by the caller's environment) from where the loops' objects landed in memory;
-CI, in a checkout of its own, failed it twice (the tables it kept were within 0.1 %, the failing one was cut off). Since plan ``layout`` 2 the counted process's paths and
+CI, in a checkout of its own, failed it twice (the tables it kept were within 0.1 %, the
+failing one was cut off). Since plan ``layout`` 2 the counted process's paths and
 environment are the same wherever it runs (:mod:`kvqueue.measure.cachegrind`), and a
 check from another checkout under ``env -i`` matched the reference to 0.00-0.04 %. 1 %
 leaves room for another CPU (the C library's routines differ by CPU: about 0.2 % seen
-between CI's machine and an AMD VM on 3.13.0); a real change of the code path (three wasted
-bytecodes in ``popleft_n``) is well above it.
+between CI's machine and an AMD VM on 3.13.0); a real change of the code path (three
+wasted bytecodes in ``popleft_n``) is well above it.
 """
 
 from __future__ import annotations
