@@ -63,6 +63,8 @@ def counting_record(valgrind: cachegrind.Valgrind) -> dict[str, Any]:
         "warmup_ops": cachegrind.WARMUP_OPS,
         "target_ops": cachegrind.TARGET_OPS,
         "hash_seed": cachegrind.HASH_SEED,
+        # 2: the counted process's paths and environment fixed (runs without it: 1).
+        "layout": cachegrind.LAYOUT,
     }
 
 
