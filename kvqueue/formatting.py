@@ -9,6 +9,7 @@ display modules and the bench's quick loop share it, and it imports no folder.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -129,6 +130,10 @@ def fmt_number_estimate(
     if not _finite(x):
         return "n/a"
     low, high = clip_interval(low, high, bounds)
+    if _finite(low) and high == math.inf:
+        # Unbounded above is a result, not a missing interval: a break-even region count
+        # whose saving's interval reaches 0 is "at least low, perhaps never".
+        return f"{fmt_number(x, digits)} [{fmt_number(low, digits)}, ∞]"
     ci = fmt_interval(low, high, lambda v: fmt_number(v, digits))
     if ci == "n/a" and too_few:
         return f"{fmt_number(x, digits)} [{TOO_FEW}]"

@@ -535,6 +535,9 @@ def test_interval_formatting_is_one_helper() -> None:
         formatting.fmt_number_estimate(1.53, np.nan, np.nan, 2, too_few=True)
         == "1.53 [n/a (too few processes)]"
     )
+    # Unbounded above (a break-even whose saving's interval reaches 0) is a result: it
+    # printed as a bare "470.2", as if exact.
+    assert formatting.fmt_number_estimate(470.24, 42.51, np.inf, 1) == "470.2 [42.5, ∞]"
 
 
 def test_missing_interval_reads_na_in_the_html(fixture_data: store.Processed) -> None:

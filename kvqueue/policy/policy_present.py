@@ -405,9 +405,9 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
             + (f" ({', '.join(f'`{g}`' for g in gains)})" if gains else "")
             + (
                 (
-                    f"; break-even is {evens[0]:.1f} regions."
+                    f"; break-even is {evens[0]:,.1f} regions."
                     if len(evens) == 1
-                    else f"; break-even ranges from {min(evens):.1f} to {max(evens):.1f} regions."
+                    else f"; break-even ranges from {min(evens):,.1f} to {max(evens):,.1f} regions."
                 )
                 if evens
                 else "; none saves a block-run."
