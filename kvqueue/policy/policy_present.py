@@ -508,6 +508,22 @@ def _figure(df: pd.DataFrame) -> Figure:
         if not measured.empty:
             ax.axvspan(measured["age_from"].min(), measured["age_to"].max(), color="0.92", zorder=0)
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+        # The one outside figure: the PR's 2.3-2.6x over its hour of serving, drawn as a
+        # box where this workload has admitted as many requests as the PR run.
+        at_pr = pr_age(grp)
+        pr_rows = curve[curve["age"] == at_pr] if at_pr else curve.iloc[:0]
+        if not pr_rows.empty:
+            lo, hi = PR_REDUCTION
+            ax.fill_between(
+                [pr_rows["age_from"].min(), pr_rows["age_to"].max()],
+                lo,
+                hi,
+                facecolor="none",
+                edgecolor="0.2",
+                hatch="///",
+                linewidth=0.8,
+                label=f"PR #55841: {lo}–{hi}× at its age",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")  # ratios: 2x fewer and 2x more are the same distance
         # Plain 1-2-5 labels ("2×"), not matplotlib's "2 × 10⁰" of a log axis.
@@ -520,7 +536,7 @@ def _figure(df: pd.DataFrame) -> Figure:
         shown = shown[np.isfinite(shown) & (shown > 0)]
         if len(shown):
             ax.set_ylim(min(0.8, shown.min() / 1.5), max(1.25, shown.max() * 1.5))
-        ax.set_xlabel("engine age, pool turnovers (shaded: steady-state measurement)")
+        ax.set_xlabel("engine age, pool turnovers (grey: steady-state measurement)")
         ax.set_ylabel("descriptors per READ, lru ÷ policy")
         ax.set_title(f"{host} · {interp} · {regime}", fontsize=11)
         ax.legend(fontsize=8, loc="best")
