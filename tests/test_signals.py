@@ -31,6 +31,27 @@ from synthetic import write_fixture
 from kvqueue import kernel
 from kvqueue.measure import run_folder
 
+
+@pytest.fixture(autouse=True)
+def _stop_signals_at_their_default() -> Iterator[None]:
+    """These tests send SIGHUP and SIGTERM as a terminal or a service manager would.
+
+    Under ``nohup make test`` (or a CI runner that ignores SIGHUP) the test process and
+    its children start with SIGHUP ignored, and a signal ignored at start stays ignored
+    (:func:`kvqueue.kernel.stop_signals`, on purpose): the three hang-up tests failed
+    that way. Each test here runs with both at their default; the caller's come back.
+    """
+    before = {s: signal.getsignal(s) for s in kernel.STOP_SIGNALS}
+    for signum, handler in before.items():
+        if handler == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 
