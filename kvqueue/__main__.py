@@ -225,7 +225,7 @@ def _other_cpu(host_dir: Path) -> str:
     from kvqueue import hostinfo, schema
     from kvqueue.rawdata import host_keys
 
-    here = {"cpu_model": hostinfo.cpu_model(), "cpu": hostinfo.cpu_identity()}
+    here = hostinfo.cpu_record()
     mine = host_keys.cpu_identity(here)
     seen: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
     for meta_path in sorted(host_dir.glob(f"*/{schema.RUN_JSON}")):

@@ -168,6 +168,13 @@ def cpu_identity() -> dict[str, Any]:
     return out
 
 
+def cpu_record() -> dict[str, Any]:
+    """This machine's CPU as ``run.json`` ``machine`` records it: ``cpu_model`` and
+    ``cpu`` (:func:`cpu_identity`); the key :func:`kvqueue.rawdata.host_keys.cpu_identity`
+    compares."""
+    return {"cpu_model": cpu_model(), "cpu": cpu_identity()}
+
+
 def governor() -> str | None:
     """Return the cpufreq scaling governor(s) where readable (often not in VMs)."""
     found = set()
@@ -190,8 +197,7 @@ def machine_info() -> dict[str, Any]:
     """Describe the machine: hostname, CPU model, identity and count, kernel, governor, load."""
     return {
         "hostname": socket.gethostname(),
-        "cpu_model": cpu_model(),
-        "cpu": cpu_identity(),
+        **cpu_record(),
         "cpu_count": os.cpu_count(),
         "cpus_allowed": sorted(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")

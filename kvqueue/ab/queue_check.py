@@ -391,14 +391,9 @@ def _entry(
         "options": valgrind.options(),
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "project_commit": hostinfo.project_info().get("commit") or "",
-        "machine": _machine(),
+        "machine": hostinfo.cpu_record(),
         "instructions_per_op": {c: round(v, 3) for c, v in per_op.items()},
     }
-
-
-def _machine() -> dict[str, Any]:
-    """The CPU counted on, as ``run.json`` records it (``cpu_model``, ``cpu``)."""
-    return {"cpu_model": hostinfo.cpu_model(), "cpu": hostinfo.cpu_identity()}
 
 
 def _cpu_words(machine: Mapping[str, Any]) -> str:
@@ -431,7 +426,8 @@ def summary(outcomes: Sequence[Outcome]) -> str:
     A CI log keeps the end of the output: this line says what failed and why even when
     the tables above it are cut off.
     """
-    short = {o.python: o.lines[0].split("(CPython ", 1)[-1].split(")", 1)[0] for o in outcomes}
+    # An outcome's key is the interpreter's sys.version, its X.Y.Z first.
+    short = {o.python: o.key.split(" ", 1)[0] for o in outcomes}
     bad = [o for o in outcomes if o.status in ("failed", "error")]
     parts = []
     for o in bad:
@@ -535,7 +531,7 @@ def check(
 
     outcomes: list[Outcome] = []
     recorded = 0
-    here = _machine()
+    here = hostinfo.cpu_record()
     try:
         for interp in interpreters:
             python, short, key = interp.python, interp.version, interp.key

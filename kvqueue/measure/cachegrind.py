@@ -52,6 +52,7 @@ from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.kernel import remove_dead_entries, stop_signals
 from kvqueue.measure import child, timing_worker
+from kvqueue.sources import cache_paths
 from kvqueue.subjects import pool_cases, queue_cases
 
 #: Operations each cell is warmed up by before anything is counted: CPython 3.11+
@@ -260,8 +261,8 @@ def _fixed_root(tmp: Path) -> Path:
     in a checkout of its own.
     """
     (tmp / "kvqueue").symlink_to(hostinfo.PROJECT_DIR / "kvqueue", target_is_directory=True)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    (tmp / "cache").symlink_to(base, target_is_directory=True)
+    # The cache's own rule (``cache_dir()`` is ``<base>/kvqueue``): ``cache`` is the base.
+    (tmp / "cache").symlink_to(cache_paths.cache_dir().parent, target_is_directory=True)
     # Nothing else in it: the interpreter lists sys.path[0] once, and the count files
     # (in out/) appear one by one during a count.
     (tmp / "out").mkdir()
