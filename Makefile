@@ -43,12 +43,9 @@ $(PARAMS_MK): $(wildcard kvqueue/params/*.py) kvqueue/__main__.py
 # since) is not believed: there an empty answer lets the call go on, and Make remakes
 # the include and checks again with it. Python failing still refuses, without a hint.
 MAKE_SETTINGS := BOOTSTRAP_PY VENV VPY PARAMS_MK
-REPORT_HTML   := reports/report.html
-REPORT_FILES  := $(REPORT_HTML) data/processed/manifest.json
 # $(call own_vars,GOAL): what the Makefile's rules read for GOAL besides its generated
-# variables (CASES: the report's writeups, also when its files are the goals; its other
-# variables are exported to `report` alone, so they do not reach a file goal).
-own_vars       = $(MAKE_SETTINGS) $(if $(filter report $(REPORT_FILES),$1),CASES)
+# variables (CASES: the report's writeups).
+own_vars       = $(MAKE_SETTINGS) $(if $(filter report,$1),CASES)
 GOALS         := $(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))
 GIVEN_VARS    := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),$v))
 OWN_VARS      := $(foreach g,$(GOALS),$(call own_vars,$g))
@@ -69,7 +66,7 @@ $(error $(REFUSAL))
 endif
 endif
 
-.PHONY: help setup test test-fast lint format validate bench quick history policy check-queue report notebooks clean FORCE
+.PHONY: help setup test test-fast lint format validate bench quick history policy check-queue report notebooks clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_./-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
@@ -130,50 +127,16 @@ diffs: $(STAMP) ## fetch the releases the history runs name (seconds, no timing)
 notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/params/
 	$(VPY) -m kvqueue sync-notebooks
 
-# RAW_DIR as typed (neither Make nor a shell evaluates it: RAW_DIR='$(shell ...)' runs
-# nothing), and empty means the default: a bare `find` would list the whole checkout.
-RAW_PATH     := $(or $(value RAW_DIR),data/raw)
-RAW_FILES    := $(shell find $(call sh_quote,$(RAW_PATH)) -type f 2>/dev/null)
-# The folders too: removing a run folder changes its host folder's mtime (and removing a
-# host folder changes the raw folder's), so the report is rebuilt without the removed run.
-RAW_FOLDERS  := $(wildcard $(RAW_PATH)) $(wildcard $(RAW_PATH)/*/) $(wildcard $(RAW_PATH)/*/*/)
-# And git's index: the report shows whether each run is committed and unmodified.
-GIT_STATE    := $(wildcard .git/index .git/HEAD)
-# The scope (RAW_DIR, HOSTS, RUNS) and KV_REGIONS (it prices the policy runs): rewritten only
-# when it changes, so a report of other runs or prices is rebuilt and an unchanged one is not;
-# the report is built again only then.
-REPORT_SCOPE := reports/.scope
-REPORT_DEPS  := $(STAMP) $(RAW_FILES) $(RAW_FOLDERS) $(GIT_STATE) $(REPORT_SCOPE) \
-                $(wildcard kvqueue/*.py kvqueue/*/*.py) notebooks/report.ipynb
-
-REPORT_FORCE := $(if $(value CASES),FORCE,$(wildcard reports/writeups/.cases))
-WRITEUPS_INDEX := reports/writeups/index.txt
-# Written by a build that printed the paths itself (with this invocation's id), so
-# `report` does not print them twice; a marker of another invocation is ignored.
-REPORT_JUST_BUILT := reports/.just-built
-REPORT_INVOCATION := $(shell date +%s%N)
-
-report: $(REPORT_HTML) data/processed/manifest.json ## render reports/report.html and one writeup per question (reports/writeups/*.md) from RAW_DIR (CASES=..., HOSTS=..., RUNS=...)
-	@if [ "$$(cat $(REPORT_JUST_BUILT) 2>/dev/null)" = "$(REPORT_INVOCATION)" ]; then \
-	  rm -f $(REPORT_JUST_BUILT); else \
-	  echo "report: up to date: $(abspath $(REPORT_HTML))"; \
-	  sed 's|^|writeup: $(abspath reports/writeups)/|' $(WRITEUPS_INDEX); fi
-
-$(REPORT_SCOPE): FORCE
-	$(shell mkdir -p $(@D))$(file >$@.new,RAW_DIR=$(value RAW_DIR) HOSTS=$(value HOSTS) RUNS=$(value RUNS) KV_REGIONS=$(value KV_REGIONS))
-	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
-
-.PHONY: FORCE
-FORCE:
-
-# The report's own variable (CASES of the writeups, not of a bench): unexported like the
-# generated ones, whichever targets those name.
+# Built on every call: the build cache (data/processed/cache, kvqueue.report.build_cache)
+# keeps each run's analysis and each figure under the sha256 of what it is computed from,
+# so an unchanged report is rebuilt from it and a new run is the only one analysed.
+# CASES is the report's own variable (the writeups' cases, not a bench's): unexported
+# like the generated ones, and passed as typed.
 unexport CASES
-$(REPORT_FILES): export KVQUEUE_REPORT_CASES = $(value CASES)
-$(REPORT_FILES) &: $(REPORT_DEPS) $(REPORT_FORCE)
-	$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
+report: export KVQUEUE_REPORT_CASES = $(value CASES)
+report: $(STAMP) ## render reports/report.html and one writeup per question (reports/writeups/*.md) from RAW_DIR (CASES=..., HOSTS=..., RUNS=...)
+	@$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
 	  --cases "$$KVQUEUE_REPORT_CASES"
-	@echo $(REPORT_INVOCATION) > $(REPORT_JUST_BUILT)
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
 	rm -rf data/processed reports

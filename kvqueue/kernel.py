@@ -17,7 +17,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,27 +132,9 @@ def stop_signals(on_stop: Callable[[int], None] | None = None) -> Iterator[None]
             signal.signal(s, old)
 
 
-def die_with(parent: int, every: float = 0.5) -> None:
-    """Exit within ``every`` seconds of ``parent``'s death (a daemon thread watches).
-
-    For a process forked by the report (its ``multiprocessing`` workers): a ``kill -9``
-    of the report left them drawing and writing for another 20 s. Not the kernel's
-    parent-death signal (:func:`kvqueue.measure.child.die_with_parent`): it fires when
-    the *thread* that forked the process ends, and ``multiprocessing`` forks the
-    replacement of a dead worker from a helper thread that ends in ``terminate()``; the
-    killed worker held the task queue's lock, and ``terminate()`` waited for it forever.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
 #: Every temp entry of this project is ``<prefix><pid>-...``, its prefix one of these
-#: words (``kvqueue-counts-``, ``kvqueue-bench-``, ``kvqueue-kernel-``, ``kvq-ahead-``).
+#: words (``kvqueue-counts-``, ``kvqueue-bench-``, ``kvqueue-kernel-``; ``kvq-ahead-``: the
+#: figures an older report drew beside its kernel).
 _OUR_TEMP = re.compile(r"^(?:kvqueue|kvq)-[a-z]+-(\d+)-")
 
 

@@ -18,7 +18,7 @@ from synthetic import write_run
 from kvqueue.params import report_params
 from kvqueue.processed import store
 from kvqueue.rawdata import raw_reader, run_ledger
-from kvqueue.report import build, processed_build, provenance, run_cache
+from kvqueue.report import build, build_cache, processed_build, provenance
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "data" / "raw"
@@ -222,7 +222,7 @@ def test_truncated_cache_file_is_recomputed(tmp_path: Path) -> None:
     run = write_run(raw, host="synth", processes=5)
     out = tmp_path / "p"
     first = processed_build.build(raw, out, FAST)
-    cache = out / run_cache.RUN_CACHE / "synth" / run.name / "analysis.pkl"
+    (cache,) = (out / build_cache.FOLDER).glob(f"run-synth-{run.name}-*.pkl")
     cache.write_bytes(cache.read_bytes()[:100])
     lines: list[str] = []
     again = processed_build.build(raw, out, FAST, progress=lines.append)

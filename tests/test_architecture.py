@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -213,14 +216,22 @@ def test_errors_run_ids_and_run_folders_are_defined_once() -> None:
     assert defined["run_path"] == ["kvqueue.schema"]
 
 
-def test_the_code_digest_covers_every_module_the_build_reaches() -> None:
-    """The processed manifest's code digest is made from the modules that the build
-    reaches at run time: they are the ones its imports name (so code moved into a new
-    module still invalidates the tables), and no display module is among them (so
-    editing a caption does not)."""
-    from kvqueue.report import processed_build, run_cache
+def test_the_code_digest_follows_every_source_file_of_the_package(tmp_path: Path) -> None:
+    """The build cache's keys and the manifest's code_sha256 change with any edit of the
+    package, a caption as much as a formula (one rule, no list of modules to keep)."""
+    package = Path(__file__).resolve().parent.parent / "kvqueue"
+    copy = tmp_path / "kvqueue"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
 
-    hashed = {m.__name__ for m in run_cache.code_modules(processed_build)}
-    reached = reach("kvqueue.report.processed_build") | {"kvqueue.report.processed_build"}
-    assert hashed == reached, sorted(hashed ^ reached)
-    assert not {m for m in hashed if m.endswith(("_present", "_tables", ".figures", ".prose"))}
+    def digest() -> str:
+        code = "from kvqueue.report import build_cache; print(build_cache.code_digest())"
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+            check=True, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        ).stdout.strip()  # fmt: skip
+
+    before = digest()
+    assert before == digest()
+    caption = copy / "report" / "prose.py"
+    caption.write_text(caption.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert digest() != before

@@ -1,4 +1,5 @@
-"""The figure cache: a figure is redrawn only when something it depends on changed.
+"""The figures in the build cache: a figure is redrawn only when something it depends on
+changed.
 
 :func:`kvqueue.report.figures.draw` keys each figure on the processed tables its
 :class:`~kvqueue.report.figures.FigureSpec` lists; the slow test checks each list
@@ -23,7 +24,7 @@ from kvqueue import plotstyle, schema
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.policy import policy_present
 from kvqueue.processed import store
-from kvqueue.report import figures, processed_build
+from kvqueue.report import build_cache, figures, processed_build
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,22 +48,27 @@ def test_cached_figure_is_drawn_once_per_key(tmp_path: Path) -> None:
         calls.append(text)
         return _figure(text)
 
-    cache = tmp_path / "cache"
-    first = figures.cached("k1", tmp_path / "a", "demo", lambda: make("one"), cache=cache)
-    again = figures.cached("k1", tmp_path / "b", "demo", lambda: make("two"), cache=cache)
+    data = dataclasses.replace(_empty_data(), folder=tmp_path / "processed")
+    first = figures.cached(data, "demo", (), tmp_path / "a", lambda: make("one"))
+    again = figures.cached(data, "demo", (), tmp_path / "b", lambda: make("two"))
     assert calls == ["one"]  # the second call copied the cached PNG
     assert first.read_bytes() == again.read_bytes()
-    other = figures.cached("k2", tmp_path / "c", "demo", lambda: make("three"), cache=cache)
+    other = figures.cached(data, "demo", (), tmp_path / "c", lambda: make("three"), extra="x")
     assert calls == ["one", "three"]
     assert other.read_bytes() != first.read_bytes()
-    assert sorted(p.name for p in cache.iterdir()) == ["demo-k1.png", "demo-k2.png"]
+    home = tmp_path / "processed" / build_cache.FOLDER
+    assert len(list(home.glob("demo-*.png"))) == 2 and not list(home.glob(".*"))
+    # Tables made in memory (no processed folder) are drawn every time.
+    figures.cached(_empty_data(), "demo", (), tmp_path / "d", lambda: make("four"))
+    assert calls == ["one", "three", "four"]
 
 
 def test_cache_keeps_a_bounded_number_per_name(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    for k in range(figures._CACHE_KEEP + 3):
-        figures.cached(f"k{k}", tmp_path / "out", "demo", lambda k=k: _figure(str(k)), cache=cache)
-    assert len(list(cache.glob("demo-*.png"))) == figures._CACHE_KEEP
+    data = dataclasses.replace(_empty_data(), folder=tmp_path / "processed")
+    for k in range(build_cache.KEEP + 3):
+        figures.cached(data, "demo", (), tmp_path / "out", lambda k=k: _figure(str(k)), str(k))
+    home = tmp_path / "processed" / build_cache.FOLDER
+    assert len(list(home.glob("demo-*.png"))) == build_cache.KEEP
 
 
 def test_figure_key_follows_its_tables_and_settings() -> None:

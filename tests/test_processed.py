@@ -17,7 +17,7 @@ from kvqueue.ab import ab_analysis, ab_tables, validation_tables
 from kvqueue.params import report_params
 from kvqueue.processed import store
 from kvqueue.rawdata import raw_reader
-from kvqueue.report import processed_build, provenance, run_cache
+from kvqueue.report import processed_build, provenance
 
 FAST = report_params.ReportSettings(resamples=2000)
 
@@ -30,7 +30,7 @@ def fixture_raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    # The tables and the manifest (runs/ holds the per-run cache, pickles).
+    # The tables and the manifest (cache/ holds the build cache).
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
@@ -49,64 +49,6 @@ def test_processed_files_byte_identical_on_rebuild(fixture_raw: Path, tmp_path: 
     assert {f"{n}.csv" for n in store.TABLES} | {store.MANIFEST} == set(first)
     for name, content in first.items():
         assert b"\r\n" not in content, name
-
-
-def _build_with_two_cpus(raw: Path, out: Path, setup: str = "", times: int = 1) -> list[str]:
-    """Progress lines of ``times`` builds of ``raw`` into ``out`` in a fresh interpreter
-    told it has 2 CPUs (this test process may have threads, then nothing is forked, or
-    one CPU), after the statements ``setup``; each line prefixed by its build's number."""
-    code = (
-        "import os; os.sched_getaffinity = lambda pid: {0, 1}\n"
-        "from kvqueue.report import processed_build, run_cache\n"
-        "from kvqueue.params.report_params import ReportSettings\n"
-        f"{setup}\n"
-        f"for build in range({times}):\n"
-        f"    processed_build.build({str(raw)!r}, {str(out)!r}, ReportSettings("
-        f"resamples={FAST.resamples}), progress=lambda line: print(build, line))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
-
-
-def test_worker_processes_give_the_tables_of_one_process(
-    fixture_raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The runs read and analysed in forked workers (run_cache.prepare_ahead) give the
-    same bytes as one process doing it all; a second build reuses every cache."""
-    ahead = tmp_path / "ahead"
-    lines = _build_with_two_cpus(fixture_raw, ahead, times=2)
-    runs = raw_reader.read_raw(fixture_raw, strict=False).runs
-    bench_runs = sum(r.kind == "bench" and r.complete for r in runs)
-    first = [ln for ln in lines if ln.startswith("0 processed: read and analysed ")]
-    assert len(first) == bench_runs >= 2, lines
-    assert not [ln for ln in lines if ln.startswith("1 ") and "analysed" in ln], lines
-    monkeypatch.setattr(run_cache, "MAX_WORKERS", 1)  # one process does it all
-    processed_build.build(fixture_raw, tmp_path / "serial", FAST)
-    assert _files(ahead) == _files(tmp_path / "serial")
-
-
-def test_a_worker_that_dies_leaves_the_rest_to_the_build(fixture_raw: Path, tmp_path: Path) -> None:
-    """A worker killed mid-run (out of memory, say) never answers: after the timeout the
-    build says so in one line and finishes the runs itself, with the same tables."""
-    out = tmp_path / "out"
-    setup = (
-        "from kvqueue.ab import ab_analysis\n"
-        "parent, real = os.getpid(), ab_analysis.analyze_run\n"
-        "def dying(run, settings):\n"
-        "    if os.getpid() != parent:\n"
-        "        os._exit(1)  # a worker killed from outside\n"
-        "    return real(run, settings)\n"
-        "ab_analysis.analyze_run = dying\n"
-        "run_cache._JOB_TIMEOUT = 3.0"
-    )
-    lines = _build_with_two_cpus(fixture_raw, out, setup)
-    assert "0 processed: a worker process gave no answer in 3 s; the rest is done here" in lines
-    processed_build.build(fixture_raw, tmp_path / "serial", FAST)
-    assert _files(out) == _files(tmp_path / "serial")
-    assert not list((out / run_cache.RUN_CACHE).rglob("*.tmp"))
 
 
 def test_processed_files_do_not_depend_on_raw_location(fixture_raw: Path, tmp_path: Path) -> None:

@@ -420,11 +420,6 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _forked_copies(tmp: Path) -> list[int]:
-    """The report's forked workers (their command line is the report's)."""
-    return [p for p in _processes_naming(tmp) if b"kvqueue\0report" in _cmdline(p)]
-
-
 def _busy_notebook(tmp_path: Path) -> tuple[Path, Path]:
     """The report notebook with a last cell that touches a marker file and then runs
     for a minute: a stop then finds the kernel executing a cell, as on the committed
@@ -483,8 +478,7 @@ def _report_in_its_notebook_stage(
 def test_a_stop_in_the_reports_notebook_stage_leaves_nothing_behind(
     folders: tuple[Path, Path], tmp_path: Path, signum: int
 ) -> None:
-    """The report's kernel runs, its writeups are drawn beside it: SIGTERM (or Ctrl-C)
-    stops both, removes the figures drawn ahead (``kvq-ahead-*``) and the kernel's
+    """The report's kernel runs: SIGTERM (or Ctrl-C) stops it, removes the kernel's
     files, and leaves no half-executed report.ipynb."""
     tmp, _ = folders
     proc, out = _report_in_its_notebook_stage(tmp, tmp_path)
@@ -496,7 +490,7 @@ def test_a_stop_in_the_reports_notebook_stage_leaves_nothing_behind(
             proc.kill()
             proc.wait()
     assert code == 128 + signum, (tmp_path / "output.txt").read_text()
-    assert not _none_left(tmp, within=3), "a kernel or a writeup worker outlived the report"
+    assert not _none_left(tmp, within=3), "the kernel outlived the report"
     assert tree(tmp) == []
     assert not [p for p in out.iterdir() if p.suffix == ".ipynb"], sorted(out.iterdir())
     assert not list(out.rglob("*.tmp"))
@@ -510,10 +504,10 @@ def test_a_stop_in_the_reports_notebook_stage_leaves_nothing_behind(
 def test_a_stop_of_the_reports_whole_process_group_ends_it_cleanly(
     folders: tuple[Path, Path], tmp_path: Path, signum: int
 ) -> None:
-    """Issue 28.4: an ssh drop signals the whole process group, the writeups' forked
-    worker included. With a multiprocessing.Pool the killed worker held the task
-    queue's lock and the report hung forever (4 of 4 tries); the kernel's teardown
-    printed ipykernel's traceback. Ctrl-C in a terminal signals the group too: the
+    """Issue 28.4: an ssh drop signals the whole process group, the kernel included
+    (when the writeups were drawn in a forked pool, a killed worker held the task
+    queue's lock and the report hung forever); the kernel's teardown printed
+    ipykernel's traceback. Ctrl-C in a terminal signals the group too: the
     kernel died first, and nbclient's log line and an unawaited task's DeadKernelError
     traceback were printed. The previous build's notebook goes too: the processed
     tables it showed were rewritten."""
@@ -534,32 +528,26 @@ def test_a_stop_of_the_reports_whole_process_group_ends_it_cleanly(
     assert "Kernel died" not in shown and "never retrieved" not in shown, shown
     (removed,) = [ln for ln in shown.splitlines() if "removed the previous" in ln]
     assert "report.ipynb" in removed, shown
-    assert not _none_left(tmp, within=3), "a kernel or a writeup worker outlived the report"
+    assert not _none_left(tmp, within=3), "the kernel outlived the report"
     assert tree(tmp) == []
     assert not [p for p in out.iterdir() if p.suffix == ".ipynb"], sorted(out.iterdir())
 
 
 @needs_linux
 @pytest.mark.slow
-def test_kill_9_of_the_report_leaves_no_worker_running(
+def test_kill_9_of_the_report_leaves_no_kernel_running(
     folders: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its writeup worker exits within a second (it drew on for ~20 s), the kernel
-    when it sees its parent gone; what they left in the temp folder goes with the next
-    report's start."""
+    """The kernel exits when it sees its parent gone; what it left in the temp folder
+    goes with the next report's start."""
     tmp, _ = folders
     proc, _out = _report_in_its_notebook_stage(tmp, tmp_path)
     proc.kill()
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 1.5
-    while (workers := _forked_copies(tmp)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not workers, "the writeup worker outlived the report"
-    # The kernel: ipykernel looks for its parent every second.
+    # ipykernel looks for its parent every second.
     assert not _none_left(tmp, within=5), "the kernel outlived the report"
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    for prefix in (kernel.KERNEL_PREFIX, "kvq-ahead-"):
-        kernel.remove_dead_entries(prefix)
+    kernel.remove_dead_entries(kernel.KERNEL_PREFIX)
     assert tree(tmp) == []
 
 

@@ -44,6 +44,9 @@ class Processed:
     count_pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     count_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: The folder the tables were written to or read from (its ``cache/`` holds the
+    #: report's figures: :mod:`kvqueue.report.build_cache`); None for tables made in memory.
+    folder: Path | None = field(default=None, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
         """Return a table by its file stem (``"summary"``, ...)."""
@@ -102,4 +105,6 @@ def load(processed_dir: Path | str) -> Processed:
             na_values=[""],
         )
         tables[name] = df[list(columns)]
-    return Processed(ReportSettings.from_dict(manifest["settings"]), manifest=manifest, **tables)
+    return Processed(
+        ReportSettings.from_dict(manifest["settings"]), manifest=manifest, folder=folder, **tables
+    )

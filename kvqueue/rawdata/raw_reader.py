@@ -38,7 +38,7 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -50,11 +50,6 @@ from kvqueue import schema
 from kvqueue.rawdata import integrity
 from kvqueue.rawdata.samples_csv import RawDataError, read_samples
 from kvqueue.rawdata.samples_csv import require as _require
-
-#: ``(samples.csv path, run.json meta, sha256 of the file) -> checked samples``: how
-#: :func:`read_run` parses a run's samples (default :func:`read_samples`; the report
-#: passes a cache keyed by the digest).
-SamplesReader = Callable[[Path, dict[str, Any], str], pd.DataFrame]
 
 COMPLETE = "complete"
 
@@ -228,7 +223,6 @@ def read_raw(
     strict: bool = True,
     hosts: Sequence[str] = (),
     run_ids: Sequence[str] = (),
-    samples_reader: SamplesReader | None = None,
 ) -> RawData:
     """Read and check every run under ``raw_dir``.
 
@@ -242,8 +236,6 @@ def read_raw(
         other runs are read.
     hosts, run_ids
         Read only these host folders / run folders (empty: all).
-    samples_reader
-        How samples are parsed (see :data:`SamplesReader`; default :func:`read_samples`).
 
     Returns
     -------
@@ -291,7 +283,7 @@ def read_raw(
     unreadable: list[Unreadable] = []
     for d in dirs:
         try:
-            found.append(read_run(d, samples_reader))
+            found.append(read_run(d))
         except RawDataError as exc:
             if strict:
                 raise
@@ -311,7 +303,7 @@ def read_raw(
     return RawData(runs, tuple(unreadable))
 
 
-def read_run(run_dir: Path | str, samples_reader: SamplesReader | None = None) -> Run:
+def read_run(run_dir: Path | str) -> Run:
     """Read one run folder (samples only when the run is complete).
 
     Parameters
@@ -354,10 +346,7 @@ def read_run(run_dir: Path | str, samples_reader: SamplesReader | None = None) -
     if problem is not None:
         # The file is not the one the run wrote: never parse it into the analysis.
         return Run(run_dir, meta, None, integrity.ALTERED + problem, problem, digest)
-    if samples_reader is None:
-        samples = read_samples(path, meta)
-    else:
-        samples = samples_reader(path, meta, digest)
+    samples = read_samples(path, meta)
     recorded_rows = ((meta.get(schema.FILES_KEY) or {}).get(schema.SAMPLES_CSV) or {}).get("rows")
     if recorded_rows is not None and recorded_rows != len(samples):
         problem = f"samples.csv has {len(samples):,} rows, run.json records {recorded_rows:,}"

@@ -22,24 +22,19 @@ status 1). Each stage prints its time.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from kvqueue.kernel import managed_kernels, remove_dead_entries, stop_signals
+from kvqueue.kernel import managed_kernels, stop_signals
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.params.spec import resolve_in_repo
 from kvqueue.processed import store
 from kvqueue.rawdata import raw_reader, run_ledger
-from kvqueue.report import figures, processed_build, run_cache, writeup
+from kvqueue.report import processed_build, writeup
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -199,14 +194,13 @@ def report(
     Raises
     ------
     KeyboardInterrupt
-        Ctrl-C, SIGTERM or SIGHUP (:class:`kvqueue.kernel.Stopped`): the workers and
-        the kernel are stopped, their temp files and the half-executed notebook
-        removed; once the processed tables were rewritten, the previous build's
-        ``report.html``, writeups and ``report.ipynb`` are removed too (one line says
-        so): they showed other runs.
+        Ctrl-C, SIGTERM or SIGHUP (:class:`kvqueue.kernel.Stopped`): the kernel is
+        stopped, its temp files and the half-executed notebook removed; once the
+        processed tables were rewritten, the previous build's ``report.html``, writeups
+        and ``report.ipynb`` are removed too (one line says so): they showed other runs.
     """
-    # SIGTERM and SIGHUP take Ctrl-C's path: without it they left the kernel's files,
-    # a drawing worker and a half-executed report.ipynb behind.
+    # SIGTERM and SIGHUP take Ctrl-C's path: without it they left the kernel's files
+    # and a half-executed report.ipynb behind.
     with stop_signals():
         return _report(raw_dir, processed_dir, out, settings, notebook or NOTEBOOK, cases)
 
@@ -307,24 +301,21 @@ def _render(
         "figures_dir": str(figures_dir),
         **settings.to_dict(),
     }
-    # The writeups need only the processed tables: they are written beside the
-    # notebook's kernel (another process), on the other vCPU. Both draw through the
-    # figure cache, so a figure they share is drawn once; the tables as the kernel
-    # reads them (the CSVs), so that their cache keys agree.
-    with _beside(processed_dir, out, tuple(cases)) as writeups:
-        try:
-            _execute_into(notebook.resolve(), executed, parameters)
-        except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
-            first = str(exc).strip().splitlines()
-            reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
-            print(
-                f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
-                file=sys.stderr,
-            )
-            return 1  # the writeups are stopped, not waited for
-        now = stage("notebook executed (writeups written beside it)", now)
-        paths = writeups()  # newest question first
-        now = stage("writeups written", now)
+    try:
+        _execute_into(notebook.resolve(), executed, parameters)
+    except Exception as exc:  # papermill wraps kernel errors: one line, keep the file
+        first = str(exc).strip().splitlines()
+        reason = next((ln for ln in reversed(first) if ln.strip()), type(exc).__name__)
+        print(
+            f"kvqueue report: {notebook} failed: {reason[:300]} (executed copy: {executed})",
+            file=sys.stderr,
+        )
+        return 1
+    now = stage("notebook executed", now)
+    # The writeups read the tables as the kernel did (the CSVs), so that a figure they
+    # share with the report has the same cache key and is not drawn again.
+    paths = writeup.write_writeups(store.load(processed_dir), out, cases)  # newest first
+    now = stage("writeups written", now)
     normalize_executed(executed)
     html_path = render_html(executed, out / "report.html")
     stage("HTML rendered", now)
@@ -353,110 +344,6 @@ def _execute_into(notebook: Path, executed: Path, parameters: dict[str, object])
         partial.unlink(missing_ok=True)
         raise
     partial.replace(executed)
-
-
-#: Report figures drawn into the figure cache beside the kernel before the writeups:
-#: the kernel draws its figures in the report's order and these come last, so it
-#: finds them drawn. From scratch the kernel took 24 s and the writeups 15 s; this
-#: evens the two CPUs' work.
-AHEAD_OF_THE_KERNEL = ("ns_per_variant", "history")
-#: Prefix of the scratch folder of the figures drawn ahead: ``<prefix><pid>-*``.
-_AHEAD_PREFIX = "kvq-ahead-"
-
-
-@contextlib.contextmanager
-def _beside(
-    processed_dir: Path, out: Path, cases: tuple[str, ...]
-) -> Iterator[Callable[[], list[Path]]]:
-    """Run :func:`_beside_the_kernel` beside the notebook's kernel; yield what waits for
-    its result. Leaving the block early (the notebook failed, Ctrl-C) stops it.
-
-    A forked process where :func:`kvqueue.report.processed_build.can_fork`, else a thread. A
-    process has its own GIL: in a thread, the drawing slowed this process's papermill
-    import and kernel start (the kernel drew its first figure 5.4 s after it was
-    started, against 3.5 s). It ignores Ctrl-C and is killed instead, at once; it
-    dies with this process (:func:`kvqueue.report.run_cache.ignore_interrupts`).
-
-    Its scratch folder (``kvq-ahead-<pid>-*``, the PNGs drawn ahead) is made and removed
-    here, not in the worker: a terminated worker runs no cleanup, and left it (563 KB)
-    in the temp folder after 3 of 4 Ctrl-Cs. One that a ``kill -9`` left is removed by
-    the next build.
-    """
-    import multiprocessing
-
-    remove_dead_entries(_AHEAD_PREFIX)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{_AHEAD_PREFIX}{os.getpid()}-"))
-    try:
-        if run_cache.can_fork():
-            # One process and a pipe, not a multiprocessing.Pool: SIGTERM to the whole
-            # process group (an ssh drop) killed the pool's idle worker while it held the
-            # task queue's lock, and Pool.terminate() then waited for that lock forever
-            # (4 of 4 tries hung). Here the parent takes no lock the child may hold.
-            context = multiprocessing.get_context("fork")
-            receive, send = context.Pipe(duplex=False)
-            worker = context.Process(
-                target=_beside_process,
-                args=(send, processed_dir, out, cases, scratch),
-                name="writeups",
-                daemon=True,
-            )
-            worker.start()
-            send.close()
-            fetched: list[bool] = []
-
-            def result() -> list[Path]:
-                try:
-                    ok, value = receive.recv()
-                except EOFError:
-                    raise RuntimeError(
-                        f"the writeups' process ended without an answer (exit {worker.exitcode})"
-                    ) from None
-                fetched.append(True)
-                if not ok:
-                    raise value
-                return value
-
-            try:
-                yield result
-            finally:
-                if not fetched:  # left before its result was wanted: stopped, not waited for
-                    worker.kill()
-                    for partial in (out / figures.CACHE_FOLDER).glob(".*.tmp"):
-                        partial.unlink(missing_ok=True)  # a figure it was writing
-                worker.join()
-                receive.close()
-        else:
-            with ThreadPoolExecutor(1, thread_name_prefix="writeups") as threads:
-                future = threads.submit(_beside_the_kernel, processed_dir, out, cases, scratch)
-                yield future.result
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _beside_process(
-    send: Any, processed_dir: Path, out: Path, cases: Sequence[str], scratch: Path
-) -> None:
-    """The forked process of :func:`_beside`: :func:`_beside_the_kernel`, its result (or
-    its exception) sent back through ``send``; Ctrl-C is the parent's to act on."""
-    run_cache.ignore_interrupts()
-    try:
-        answer: tuple[bool, Any] = (True, _beside_the_kernel(processed_dir, out, cases, scratch))
-    except Exception as exc:  # re-raised in the parent
-        answer = (False, exc)
-    send.send(answer)
-    send.close()
-
-
-def _beside_the_kernel(
-    processed_dir: Path, out: Path, cases: Sequence[str], scratch: Path
-) -> list[Path]:
-    """The work beside the kernel: :data:`AHEAD_OF_THE_KERNEL` into the report's figure
-    cache (not into its figures folder, which holds only what the notebook shows; drawn
-    in ``scratch``), then the writeups (newest question first)."""
-    data = store.load(processed_dir)
-    for name in AHEAD_OF_THE_KERNEL:
-        figures.draw(data, name, scratch, cache=out / figures.CACHE_FOLDER)
-    return writeup.write_writeups(data, out, cases)
 
 
 def _scope_text(settings: ReportSettings) -> str:

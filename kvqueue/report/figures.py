@@ -14,12 +14,8 @@ figure is drawn (:func:`kvqueue.plotstyle.seaborn`).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.metadata
-import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +36,7 @@ from kvqueue.formatting import ci_header, fmt_pool
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
 from kvqueue.processed import store
+from kvqueue.report import build_cache
 from kvqueue.stats import paired_stats
 
 if TYPE_CHECKING:
@@ -595,103 +592,71 @@ def save(fig: Figure, folder: Path | str, name: str) -> Path:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    # zlib level 1, not the default 6: the PNGs are ~1.3x larger and written ~3x faster
-    # (savefig's compression was 13 s of a loaded 87 s report build).
-    fig.savefig(path, dpi=DPI, metadata={"Software": None}, pil_kwargs={"compress_level": 1})
+    _write_png(fig, path)
     return path
 
 
-#: Cached PNGs kept per figure name (the report's and the writeups' own versions).
-_CACHE_KEEP = 12
-#: The figure cache's folder in the report folder (``reports/.figure-cache``).
-CACHE_FOLDER = ".figure-cache"
-
-
-@functools.cache
-def _code_digest() -> str:
-    """sha256 of the package's sources: any change of code may change a picture."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+def _write_png(fig: Figure, path: Path) -> None:
+    # zlib level 1, not the default 6: the PNGs are ~1.3x larger and written ~3x faster
+    # (savefig's compression was 13 s of a loaded 87 s report build).
+    fig.savefig(
+        path, format="png", dpi=DPI, metadata={"Software": None}, pil_kwargs={"compress_level": 1}
+    )
 
 
 def figure_key(data: store.Processed, name: str, tables: Sequence[str], extra: str = "") -> str:
-    """The cache key of a figure: its name, the content of the tables it reads, the
-    report settings, the package's code and the plotting libraries' versions."""
+    """The build cache's key of a figure (:func:`kvqueue.report.build_cache.key`): its
+    name, the content of the tables it reads, the report settings, ``extra`` (what else
+    it is drawn from) and the plotting libraries' versions."""
     import matplotlib
 
-    h = hashlib.sha256()
-    parts = [name, extra, repr(sorted(data.settings.to_dict().items())), _code_digest()]
+    parts: list[str | bytes] = [extra, repr(sorted(data.settings.to_dict().items()))]
     # seaborn's version from its metadata: importing it would cost the 2.8 s that a
     # process whose figures all come from the cache does not pay (kvqueue.plotstyle).
     parts += [matplotlib.__version__, importlib.metadata.version("seaborn"), str(DPI)]
-    for part in parts:
-        h.update(part.encode())
-        h.update(b"\0")
     for table in tables:
         df = data.table(table)
-        h.update(f"{table}:{list(df.columns)}:{len(df)}".encode())
-        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
-    return h.hexdigest()[:24]
+        parts.append(f"{table}:{list(df.columns)}:{len(df)}")
+        parts.append(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    return build_cache.key(name, parts)
 
 
 def cached(
-    key: str, folder: Path | str, name: str, make: Callable[[], Figure], cache: Path | None = None
+    data: store.Processed,
+    name: str,
+    tables: Sequence[str],
+    folder: Path | str,
+    make: Callable[[], Figure],
+    extra: str = "",
 ) -> Path:
-    """``<folder>/<name>.png`` from the cache when a figure of the same ``key`` was
-    drawn before, else drawn by ``make``, saved and cached.
+    """``<folder>/<name>.png``, copied from the build cache when a figure of the same key
+    (:func:`figure_key`) was drawn before, else drawn by ``make`` into the cache first.
 
-    The cache (``cache``, default ``<folder>/../.figure-cache``: ``reports/.figure-cache``
-    for the report's figures, which the writeups share) survives the build's
-    removal of stale figures: redrawing every figure took ~20 s of a report build, and
-    one new run changes only the figures of its question. Drawing is deterministic
-    (seeded jitter, no timestamps), so a cached PNG is the PNG a redraw gives.
+    Drawing is deterministic (seeded jitter, no timestamps), so a cached PNG is the PNG a
+    redraw gives. Tables not read from a processed folder (``data.folder`` is None) are
+    drawn every time.
     """
     out = Path(folder)
-    store = cache or out.parent / CACHE_FOLDER
-    hit = store / f"{name}-{key}.png"
+    if data.folder is None:
+        return save(make(), out, name)
+    home = Path(data.folder) / build_cache.FOLDER
+    entry = build_cache.stored(
+        home,
+        name,
+        figure_key(data, name, tables, extra),
+        ".png",
+        lambda path: _write_png(make(), path),
+    )
+    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    if hit.is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(hit, path)
-        os.utime(hit)  # recently used: the last to be evicted
-        return path
-    saved = save(make(), out, name)
-    store.mkdir(parents=True, exist_ok=True)
-    # A temp file of its own, then a rename: never a half-written entry, and two
-    # processes drawing the same figure at once both succeed.
-    fd, tmp = tempfile.mkstemp(dir=store, prefix=f".{name}-", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(saved, tmp)
-        os.replace(tmp, hit)
-    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no .tmp left in the cache
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _evict(store, name, keep=hit)
+    shutil.copyfile(entry, path)
     return path
 
 
-def _evict(store: Path, name: str, keep: Path) -> None:
-    """Remove all but the :data:`_CACHE_KEEP` most recently used entries of ``name``."""
-    entries = []
-    for entry in store.glob(f"{name}-*.png"):
-        try:
-            entries.append((entry.stat().st_mtime, entry))
-        except FileNotFoundError:  # removed by another build meanwhile
-            continue
-    entries.sort(reverse=True)
-    for _, stale in entries[_CACHE_KEEP:]:
-        if stale != keep:
-            stale.unlink(missing_ok=True)
-
-
-def draw(data: store.Processed, name: str, folder: Path | str, cache: Path | None = None) -> Path:
+def draw(data: store.Processed, name: str, folder: Path | str) -> Path:
     """Draw figure ``name`` (a key of :data:`FIGURES`), save it as PNG, return the path
-    (from the cache when its tables, settings and code are unchanged: :func:`cached`).
+    (from the build cache when its tables, settings and code are unchanged:
+    :func:`cached`).
 
     Parameters
     ----------
@@ -701,13 +666,10 @@ def draw(data: store.Processed, name: str, folder: Path | str, cache: Path | Non
         A key of :data:`FIGURES`.
     folder
         Output folder (``reports/figures``).
-    cache
-        The figure cache (default: ``<folder>/../.figure-cache``).
 
     Returns
     -------
     pathlib.Path
     """
     spec = FIGURES[name]
-    key = figure_key(data, name, spec.tables)
-    return cached(key, folder, name, lambda: spec.draw(data), cache=cache)
+    return cached(data, name, spec.tables, folder, lambda: spec.draw(data))

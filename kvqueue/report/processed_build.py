@@ -3,9 +3,10 @@
 :func:`build` reads the raw runs in scope once (:mod:`kvqueue.rawdata.raw_reader`), has
 each question analyse them (:mod:`kvqueue.ab.ab_analysis`, :mod:`kvqueue.history.history_analysis`,
 :mod:`kvqueue.policy.policy_analysis`, :mod:`kvqueue.stats.count_figures`), adds the ledger
-of every folder found and writes the tables (:mod:`kvqueue.processed.store`).
+of every folder found and writes the tables (:mod:`kvqueue.processed.store`). A bench
+run's analysis goes through the report's cache (:mod:`kvqueue.report.build_cache`).
 :func:`ensure` reuses the files while the manifest (settings, the sha256 of every raw file
-read and of the code that computes the numbers, the git state of every run folder,
+read and of the package's code, the git state of every run folder,
 :mod:`kvqueue.rawdata.git_state`) still matches.
 """
 
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,36 +24,47 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.ab import ab_analysis
 from kvqueue.history import history_analysis
-from kvqueue.params.report_params import ReportSettings
+from kvqueue.params.report_params import SCOPE_FIELDS, ReportSettings
 from kvqueue.policy import policy_analysis
 from kvqueue.processed import store
 from kvqueue.rawdata import git_state, host_keys, raw_reader, run_ledger
-from kvqueue.report import run_cache
+from kvqueue.report import build_cache
 from kvqueue.stats import count_figures
 
 # ---------------------------------------------------------------------------------------
 # files
 
 
+def in_scope(run_dir: Path, settings: ReportSettings | None) -> bool:
+    """Whether a run folder is in the report's scope (``HOSTS``, ``RUNS``)."""
+    if settings is None:
+        return True
+    hosts, runs = settings.hosts, settings.runs
+    return (not hosts or run_dir.parent.name in hosts) and (not runs or run_dir.name in runs)
+
+
+#: The files of a run folder the analysis reads (``bench.ipynb``: its digest decides
+#: whether a run is altered).
+_INPUTS = (
+    schema.RUN_JSON,
+    schema.SAMPLES_CSV,
+    schema.RUN_NOTEBOOK,
+    schema.POLICY_CSV,
+    schema.POLICY_AGE_CSV,
+    schema.COUNTS_CSV,
+)
+
+
 def fingerprint(raw_dir: Path | str, settings: ReportSettings | None = None) -> dict[str, str]:
     """sha256 of every raw file the analysis reads, keyed by path relative to ``raw_dir``
-    (the run folders in the scope of ``settings`` only).
-
-    ``bench.ipynb`` included: its digest decides whether a run is altered.
-    """
+    (the run folders in the scope of ``settings`` only): the manifest's inputs, and the
+    inputs of each run's cache key."""
     root = Path(raw_dir)
     out = {}
     for run_dir in raw_reader.run_dirs(root):
-        if not run_cache.in_scope(run_dir, settings):
+        if not in_scope(run_dir, settings):
             continue
-        for name in (
-            schema.RUN_JSON,
-            schema.SAMPLES_CSV,
-            schema.RUN_NOTEBOOK,
-            schema.POLICY_CSV,
-            schema.POLICY_AGE_CSV,
-            schema.COUNTS_CSV,
-        ):
+        for name in _INPUTS:
             path = run_dir / name
             if path.is_file():
                 out[path.relative_to(root).as_posix()] = hashlib.sha256(
@@ -61,40 +73,67 @@ def fingerprint(raw_dir: Path | str, settings: ReportSettings | None = None) -> 
     return out
 
 
-def code_hash() -> str:
-    """The digest of the code that computes the numbers: this module and every kvqueue
-    module it reaches (:func:`kvqueue.report.run_cache.code_digest`)."""
-    return run_cache.code_digest(sys.modules[__name__])
-
-
 def _manifest(
-    raw_dir: Path | str, settings: ReportSettings, git: dict[str, str] | None = None
+    raw_dir: Path | str,
+    settings: ReportSettings,
+    git: dict[str, str] | None = None,
+    inputs: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "format": store.MANIFEST_FORMAT,
         "settings": settings.to_dict(),
-        "code_sha256": code_hash(),
-        "inputs": fingerprint(raw_dir, settings),
+        "code_sha256": build_cache.code_digest(),
+        "inputs": fingerprint(raw_dir, settings) if inputs is None else inputs,
         "git_state": {
             key: state
             for key, state in (git_state.git_states(raw_dir) if git is None else git).items()
-            if run_cache.in_scope(Path(raw_dir) / key, settings)
+            if in_scope(Path(raw_dir) / key, settings)
         },
         "tables": [f"{name}.csv" for name in store.TABLES],
     }
+
+
+def _cached_analysis(
+    processed_dir: Path | str,
+    settings: ReportSettings,
+    inputs: dict[str, str],
+    say: Callable[[str], None],
+) -> Callable[[raw_reader.Run], dict[str, pd.DataFrame]]:
+    """``run -> ab_analysis.analyze_run(run, settings)`` through the build cache, keyed by
+    the run's files (their sha256 in ``inputs``) and the analysis settings; one progress
+    line per run. Pickle keeps every float, so the tables are those of a computation
+    from scratch."""
+    home = Path(processed_dir) / build_cache.FOLDER
+    analysis = repr(sorted((k, v) for k, v in settings.to_dict().items() if k not in SCOPE_FIELDS))
+
+    def compute(run: raw_reader.Run) -> dict[str, pd.DataFrame]:
+        folder = f"{run.host}/{run.run_id}/"
+        files = [f"{path}={digest}" for path, digest in inputs.items() if path.startswith(folder)]
+        started = time.perf_counter()
+        tables, fresh = build_cache.pickled(
+            home,
+            f"run-{run.host}-{run.run_id}",
+            build_cache.key("run", [*files, analysis]),
+            lambda: ab_analysis.analyze_run(run, settings),
+        )
+        took = f" ({time.perf_counter() - started:.1f} s)" if fresh else ""
+        say(f"processed: {'analysed' if fresh else 'reused'} {run.host}/{run.run_id}{took}")
+        return tables
+
+    return compute
 
 
 def build(
     raw_dir: Path | str,
     processed_dir: Path | str,
     settings: ReportSettings | None = None,
-    progress: run_cache.Progress | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> store.Processed:
     """Read the raw runs in scope, compute the tables and write them to ``processed_dir``.
 
     A run folder that cannot be read is left out and named (the ``ledger`` table), not an
-    error; each included bench run's statistics come from the per-run cache
-    (:func:`cached_run_analysis`).
+    error; each included bench run's statistics come from the build cache
+    (:func:`_cached_analysis`).
 
     Parameters
     ----------
@@ -121,25 +160,15 @@ def build(
     settings = settings or ReportSettings()
     say = progress or (lambda _line: None)
     started = time.perf_counter()
-    code = code_hash()
     git = {
         k: v
         for k, v in git_state.git_states(raw_dir).items()
-        if run_cache.in_scope(Path(raw_dir) / k, settings)
+        if in_scope(Path(raw_dir) / k, settings)
     }
-    # From scratch, reading (parsing samples.csv) and analysing the runs one after
-    # another was 22 of the 24 s of this stage: the folders to prepare go to one
-    # process per CPU first, and what follows reads their caches.
-    ahead = run_cache.prepare_ahead(raw_dir, processed_dir, settings, git, code, say)
+    inputs = fingerprint(raw_dir, settings)
 
     # Read: every run folder in scope, once, with the git rule applied once.
-    found = raw_reader.read_raw(
-        raw_dir,
-        strict=False,
-        hosts=settings.hosts,
-        run_ids=settings.runs,
-        samples_reader=run_cache.cached_samples(processed_dir, code),
-    )
+    found = raw_reader.read_raw(raw_dir, strict=False, hosts=settings.hosts, run_ids=settings.runs)
     raw = git_state.with_git_state(found, git)
     say(
         f"processed: read {len(raw.runs) + len(raw.unreadable)} run folders "
@@ -151,7 +180,7 @@ def build(
     cpus = host_keys.host_cpus(raw)
 
     # Analyse, per question, the runs the reader included.
-    per_run = run_cache.cached_run_analysis(processed_dir, settings, code, say, ahead)
+    per_run = _cached_analysis(processed_dir, settings, inputs, say)
     tables = ab_analysis.analyze(raw, settings, git, per_run, cpus)
     tables.update(history_analysis.analyze(raw, settings.confidence, cpus[0]))
     policy_runs, problems = policy_analysis.read_runs(raw.of_kind(schema.KIND_POLICY).included)
@@ -174,7 +203,12 @@ def build(
     )
 
     # Write.
-    data = store.Processed(settings, manifest=_manifest(raw_dir, settings, git), **tables)
+    data = store.Processed(
+        settings,
+        manifest=_manifest(raw_dir, settings, git, inputs),
+        folder=Path(processed_dir),
+        **tables,
+    )
     store.write(data, processed_dir)
     say(f"processed: tables written ({time.perf_counter() - started:.1f} s)")
     return data

@@ -71,17 +71,16 @@ def forest_name(question: Question) -> str:
     return "forest_pool" if question.is_pool else "forest"
 
 
-def draw(
-    question: Question, name: str, folder: Path, cases: Sequence[str], cache: Path | None = None
-) -> Path:
-    """Draw one figure of the question into ``folder`` (or copy it from the figure
-    ``cache``: :func:`kvqueue.report.figures.cached`) and return the PNG's path."""
+def draw(question: Question, name: str, folder: Path, cases: Sequence[str]) -> Path:
+    """Draw one figure of the question into ``folder`` (or copy it from the build cache:
+    :func:`kvqueue.report.figures.cached`) and return the PNG's path."""
     if name in ("forest", "forest_pool"):
         shown = cases_shown(question.data, cases)
-        key = figures.figure_key(question.data, name, ("summary",), extra=repr(shown))
         draw_forest = lambda: figures.forest(question.data, cases=shown)  # noqa: E731
-        return figures.cached(key, folder, name, draw_forest, cache=cache)
-    return figures.draw(question.data, name, folder, cache=cache)
+        return figures.cached(
+            question.data, name, ("summary",), folder, draw_forest, extra=repr(shown)
+        )
+    return figures.draw(question.data, name, folder)
 
 
 def build(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> list[Section]:

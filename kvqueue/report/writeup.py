@@ -31,10 +31,6 @@ WRITEUPS = "writeups"
 #: figure of the same name (drawn from the same headline runs).
 _WHOLE_DATA_FIGURES = ("history", "history_pool", "policy")
 _KINDS = (questions.AB, questions.HISTORY, questions.POLICY)
-#: File listing the writeups, newest first (``make report`` prints it).
-INDEX = "index.txt"
-#: Present when the writeups were built with cases other than the default (Makefile).
-CASES_STAMP = ".cases"
 
 #: ``<details>`` blocks of the writeup (as written by :func:`section_markdown`).
 _DETAILS = re.compile(r"<details>.*?</details>", re.S)
@@ -169,10 +165,8 @@ def write_writeups(
         if stale.stem not in keep:
             stale.unlink()
     # A kind with one question: its figure is the report's own, drawn from the whole
-    # data, so the figure cache (shared with the report's notebook, which may be
-    # drawing it at the same time) holds it once.
+    # data, so the build cache (the report's notebook drew it before) holds it once.
     only = {kind: sum(q.kind == kind for q in found) == 1 for kind in _KINDS}
-    cache = Path(out_dir) / figures.CACHE_FOLDER
     paths = []
     asked = cases
     for q in found:
@@ -186,20 +180,12 @@ def write_writeups(
                 if only[q.kind] and name in _WHOLE_DATA_FIGURES:
                     # The report's very figure (the history figure takes ~5 s to draw
                     # on the committed data): from the cache, or drawn once.
-                    files[name] = figures.draw(data, name, fig_dir, cache=cache)
+                    files[name] = figures.draw(data, name, fig_dir)
                 else:
-                    files[name] = question_sections.draw(q, name, fig_dir, cases, cache)
+                    files[name] = question_sections.draw(q, name, fig_dir, cases)
         path = folder / f"{q.slug}.md"
         path.write_text(question_writeup(q, cases, files, q.slug), encoding="utf-8")
         paths.append(path)
-    # For `make report` when nothing is rebuilt: the writeups, newest first, and whether
-    # they were built with cases other than the default (the Makefile then rebuilds).
-    (folder / INDEX).write_text("".join(f"{p.name}\n" for p in paths), encoding="utf-8")
-    stamp = folder / CASES_STAMP
-    if tuple(asked) == tuple(HEADLINE_CASES):
-        stamp.unlink(missing_ok=True)
-    else:
-        stamp.write_text(" ".join(asked) + "\n", encoding="utf-8")
     return paths
 
 
