@@ -544,8 +544,15 @@ def analyze_run(run: raw_reader.Run, settings: ReportSettings) -> dict[str, pd.D
         )
         tightest_by_cell = {tuple(k): float(v) for k, v in tightest.min().items()}
     order_rows = []
+    slopes = paired_stats.position_slopes(samples, by=cell) if len(samples) else None
+    slopes_by_cell = (
+        {tuple(k): g.to_numpy() for k, g in slopes.groupby(level=cell, sort=True)}
+        if slopes is not None and len(slopes)
+        else {}
+    )
     for key, grp in samples.groupby(cell, sort=True) if len(samples) else ():
-        est = paired_stats.order_effect(grp, **boot)
+        mine = slopes_by_cell.get(tuple(key), np.empty(0))
+        est = paired_stats.order_effect(grp, slopes=mine, **boot)
         ref = tightest_by_cell.get(tuple(key), np.nan)
         order_rows.append(
             {
