@@ -27,7 +27,7 @@ from matplotlib import rcParams
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvqueue import plotstyle, schema
 from kvqueue.ab import ab_analysis
@@ -408,19 +408,30 @@ def ns_per_variant(data: store.Processed, *, phase: str = "main") -> Figure:
         fig = Figure(figsize=(WIDTH_IN, 3.4 * len(series) + 1.2), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(series), len(pools), squeeze=False, sharey=True)
         shown = df["median_ns"][df["median_ns"] > 0]
+        ticks: list[float] = []
         if len(shown):
-            axes[0, 0].set_ylim(shown.min() / 1.3, shown.max() * 1.3)  # shared by every panel
+            low, high = shown.min() / 1.3, shown.max() * 1.3
+            axes[0, 0].set_ylim(low, high)  # shared by every panel
+            decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+            ticks = [m * 10.0**d for d in decades for m in (1, 2, 5) if low <= m * 10.0**d <= high]
         for i, ser in enumerate(series):
+            row = df[(df["host"] == ser[0]) & (df["interpreter"] == ser[1])]
+            # The row's own cases and variants: the queue's and the pool's cases on one
+            # axis were 13 labels that ran into each other, most of them without a bar,
+            # and 8 variants side by side made bars a hair wide.
+            row_cases = [c for c in cases if c in set(row["case"])]
+            row_variants = [v for v in variants if v in set(row["variant"])]
             for j, pool in enumerate(pools):
                 ax = axes[i, j]
-                sub = df[(df["host"] == ser[0]) & (df["interpreter"] == ser[1])]
-                sub = sub[sub["pool"] == pool]
-                _bars_and_dots(ax, sub, cases, variants, palette, rng)
+                sub = row[row["pool"] == pool]
+                _bars_and_dots(ax, sub, row_cases, row_variants, palette, rng)
                 ax.set_yscale("log")
-                # Label 1-2-5 steps: decades alone are too coarse to read values off.
-                ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                # Label 1-2-5 steps: decades alone are too coarse to read values off. One
+                # fixed list for the shared axis: a LogLocator per panel computed its
+                # ticks again for each of the 20 panels (2.4 s of a 4 s figure, profiled).
+                ax.yaxis.set_major_locator(FixedLocator(ticks))
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
-                ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+                ax.yaxis.set_minor_locator(NullLocator())
                 ax.set_title(f"{_series_label(*ser)} · pool {fmt_pool(pool)}", fontsize=11)
                 ax.set_xlabel("")
                 ax.set_ylabel("ns per cycle (log)" if j == 0 else "")
@@ -446,34 +457,25 @@ def _bars_and_dots(
     rng: np.random.Generator,
 ) -> None:
     """One panel of :func:`ns_per_variant`: per case, one bar per variant (the median of
-    its per-process medians: a ``barplot``), dodged, and every process as a jittered dot.
+    its per-process medians), dodged, and every process as a jittered dot.
 
-    The dots are one ``scatter`` for the panel, drawn by hand: seaborn's ``stripplot``
-    makes one per case × variant (560 for the committed data) and took 0.29 s per panel
-    against 0.17 s for the hand-built bars and dots together. The ``barplot`` (one
-    ``bar`` per variant, and a pandas ``groupby`` per variant) took the figure from
-    4.97 s to 6.10 s (draw and save, committed data, best of 6): kept, as 1.1 s of a
-    figure drawn beside the report's kernel.
+    Drawn by hand, one ``bar`` per variant and one ``scatter`` for the dots: seaborn's
+    ``stripplot`` makes one artist per case × variant (560 for the committed data), and
+    its ``barplot`` (one ``bar`` per variant plus a pandas ``groupby`` each) cost 1.1 s
+    of the figure's 6.1 s (draw and save, committed data, best of 6). It was kept while
+    the figure was drawn beside the report's kernel; the report now draws it in line,
+    after a new bench run, whose report took 20.5 s against a 20 s target.
     """
     case_x = {c: i for i, c in enumerate(cases)}
     var_k = {v: k for k, v in enumerate(variants)}
     sub = sub[sub["case"].isin(case_x) & sub["variant"].isin(var_k)]
-    plotstyle.seaborn().barplot(
-        data=sub,
-        x="case",
-        y="median_ns",
-        hue="variant",
-        order=list(cases),
-        hue_order=list(variants),
-        palette=palette,
-        estimator="median",
-        errorbar=None,
-        saturation=1,  # the legend's colours
-        alpha=0.85,
-        legend=False,
-        zorder=2,
-        ax=ax,
-    )
+    med = sub.groupby(["case", "variant"], sort=False)["median_ns"].median()
+    for v in variants:
+        cells = [(c, m) for (c, var), m in med.items() if var == v]
+        if cells:
+            shift, wide = _dodge(var_k[v], len(variants))
+            xs = [case_x[c] + shift for c, _ in cells]
+            ax.bar(xs, [m for _, m in cells], wide, color=palette[v], alpha=0.85, zorder=2)
     offset, width = _dodge(np.array([var_k[v] for v in sub["variant"]], dtype=float), len(variants))
     x = np.array([case_x[c] for c in sub["case"]], dtype=float) + offset
     jitter = rng.uniform(-0.1, 0.1, len(x)) * width * 2
