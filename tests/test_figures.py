@@ -10,6 +10,7 @@ same PNG), so a figure that reads an unlisted table fails here instead of going 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,15 @@ def test_processes_that_do_not_draw_do_not_import_seaborn() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_dead_writers_partial_entry_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    home = tmp_path / build_cache.FOLDER
+    home.mkdir()
+    dead = home / f".forest-{2**22 + 12345}-abc123.tmp"  # above pid_max: never alive
+    live = home / f".run-host-20261129T100000Z-cp312-0001-{os.getpid()}-xyz_9.tmp"
+    for partial in (dead, live):
+        partial.write_bytes(b"half a PNG")
+    build_cache.remove_partials(home)
+    assert not dead.exists() and live.exists()
+    build_cache.remove_partials(tmp_path / "missing")  # no cache yet: nothing to do

@@ -73,7 +73,7 @@ def stored(
         os.utime(entry)  # recently used: the last to be evicted
         return entry
     home.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=home, prefix=f".{name}-", suffix=".tmp")
+    fd, partial = tempfile.mkstemp(dir=home, prefix=f".{name}-{os.getpid()}-", suffix=".tmp")
     os.close(fd)
     try:
         write(Path(partial))
@@ -83,6 +83,22 @@ def stored(
         raise
     _evict(home, name, suffix, entry, keep)
     return entry
+
+
+def remove_partials(home: Path) -> None:
+    """Remove the temp files of entries whose writer is gone: a process killed while it
+    wrote one (the report's kernel, stopped by the report mid-figure) runs no clean-up.
+    A live writer's, or another user's, stay."""
+    for partial in home.glob(".*.tmp") if home.is_dir() else ():
+        pid = partial.name[:-4].rsplit("-", 2)[-2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            partial.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, somebody else's
 
 
 def pickled(

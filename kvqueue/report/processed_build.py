@@ -166,6 +166,7 @@ def build(
         if in_scope(Path(raw_dir) / k, settings)
     }
     inputs = fingerprint(raw_dir, settings)
+    build_cache.remove_partials(Path(processed_dir) / build_cache.FOLDER)
 
     # Read: every run folder in scope, once, with the git rule applied once.
     found = raw_reader.read_raw(raw_dir, strict=False, hosts=settings.hosts, run_ids=settings.runs)
