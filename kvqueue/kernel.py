@@ -96,9 +96,9 @@ def stop_signals(on_stop: Callable[[int], None] | None = None) -> Iterator[None]
     - On SIGHUP, standard output and error that were a terminal are pointed at
       ``/dev/null`` first: a hung-up terminal fails every write (EIO), and the lines
       that say the run was interrupted would raise in the middle of closing it.
-    - A process forked inside the block (the report's ``multiprocessing`` workers)
-      inherits the handler; there it dies by the signal as if no handler were set, so
-      that ``Pool.terminate()`` (SIGTERM) still ends a worker at once and silently.
+    - A process forked inside the block inherits the handler; there it dies by the
+      signal as if no handler were set, so that a SIGTERM to a forked worker (a
+      ``multiprocessing`` pool's ``terminate()``) still ends it at once and silently.
     - The previous handlers come back when the block ends; outside the main thread
       (where no handler can be set) nothing changes.
     """
