@@ -245,3 +245,14 @@ def test_report_renders_history_and_policy_runs_without_bench_runs(
     for run_id in (HISTORY, POLICY, bad.name):
         assert run_id in page
     assert "report: done in" in printed
+
+
+def test_the_per_run_cache_of_older_builds_is_removed(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    write_run(raw, host="synth", processes=5)
+    old = tmp_path / "p" / "runs" / "synth" / "x" / "samples.pkl"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"an older build's cache")
+    processed_build.build(raw, tmp_path / "p", FAST)
+    assert not (tmp_path / "p" / "runs").exists()
+    assert list((tmp_path / "p" / build_cache.FOLDER).glob("run-synth-*.pkl"))

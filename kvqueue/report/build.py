@@ -294,6 +294,11 @@ def _render(
     figures_dir.mkdir(exist_ok=True)
     for stale in figures_dir.glob("*.png"):  # only figures of this build remain
         stale.unlink()
+    # What builds before the one build cache kept here (the figure cache, 25 MB on the
+    # committed data, and the writeups' index and cases stamp for the Makefile).
+    shutil.rmtree(out / ".figure-cache", ignore_errors=True)
+    for name in (".scope", ".just-built", "writeups/index.txt", "writeups/.cases"):
+        (out / name).unlink(missing_ok=True)
     executed = out / "report.ipynb"
     parameters = {
         "raw_dir": str(raw_dir),
