@@ -138,15 +138,16 @@ def stop_signals(on_stop: Callable[[int], None] | None = None) -> Iterator[None]
 _OUR_TEMP = re.compile(r"^(?:kvqueue|kvq)-[a-z]+-(\d+)-")
 
 
-def remove_dead_entries(prefix: str = "") -> None:
+def remove_dead_entries(prefix: str = "", folder: Path | None = None) -> None:
     """Remove the temp folder's ``<prefix><pid>-*`` entries of processes that are gone
-    (``prefix`` empty: every entry of this project's, :data:`_OUR_TEMP`).
+    (``prefix`` empty: every entry of this project's, :data:`_OUR_TEMP`; ``folder``:
+    another folder than the temp folder, e.g. the report's build cache).
 
     What a ``kill -9`` left behind (nothing else runs to remove it): the next command
     removes it; every measuring command removes every kind (a counts run's were left
     until the next counts run). An entry of a live process, or of another user's, stays.
     """
-    folder = Path(tempfile.gettempdir())
+    folder = Path(tempfile.gettempdir()) if folder is None else folder
     for entry in folder.glob(f"{prefix}*-*" if prefix else "kv*-*-*"):
         if prefix:
             pid_text = entry.name[len(prefix) :].split("-", 1)[0]

@@ -211,8 +211,8 @@ def test_processes_that_do_not_draw_do_not_import_seaborn() -> None:
 def test_a_dead_writers_partial_entry_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
     home = tmp_path / build_cache.FOLDER
     home.mkdir()
-    dead = home / f".forest-{2**22 + 12345}-abc123.tmp"  # above pid_max: never alive
-    live = home / f".run-host-20261129T100000Z-cp312-0001-{os.getpid()}-xyz_9.tmp"
+    dead = home / f"{build_cache.PARTIAL}{2**22 + 12345}-forest-abc123.tmp"  # never alive
+    live = home / f"{build_cache.PARTIAL}{os.getpid()}-run-host-20261129T100000Z-xyz_9.tmp"
     for partial in (dead, live):
         partial.write_bytes(b"half a PNG")
     build_cache.remove_partials(home)

@@ -544,14 +544,12 @@ def analyze_run(run: raw_reader.Run, settings: ReportSettings) -> dict[str, pd.D
         )
         tightest_by_cell = {tuple(k): float(v) for k, v in tightest.min().items()}
     order_rows = []
-    slopes = paired_stats.position_slopes(samples, by=cell) if len(samples) else None
-    slopes_by_cell = (
-        {tuple(k): g.to_numpy() for k, g in slopes.groupby(level=cell, sort=True)}
-        if slopes is not None and len(slopes)
-        else {}
-    )
+    slopes: dict[tuple, np.ndarray] = {}
+    if len(samples):  # every cell's slopes in one pass (paired_stats.position_slopes)
+        by_cell = paired_stats.position_slopes(samples, by=cell).groupby(level=cell)
+        slopes = {tuple(k): g.to_numpy() for k, g in by_cell}
     for key, grp in samples.groupby(cell, sort=True) if len(samples) else ():
-        mine = slopes_by_cell.get(tuple(key), np.empty(0))
+        mine = slopes.get(tuple(key), np.empty(0))
         est = paired_stats.order_effect(grp, slopes=mine, **boot)
         ref = tightest_by_cell.get(tuple(key), np.nan)
         order_rows.append(

@@ -310,7 +310,7 @@ class Side:
                 key_of[i] = key
                 cache[key] = i
             keyed.update(ids[: len(misses)])
-            self.private_from[rid] = len(held) + min(len(misses), want)
+            self.private_from[rid] = len(held) + len(misses)
         self.allocated += want
         held.extend(got)
         return got

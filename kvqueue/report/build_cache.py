@@ -24,8 +24,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kvqueue.kernel import remove_dead_entries
+
 #: The cache's folder in the processed folder.
 FOLDER = "cache"
+#: Prefix of an entry being written: ``<PARTIAL><writer's pid>-<name>-*.tmp``.
+PARTIAL = ".partial-"
 #: Entries kept per name: a figure has one per question that draws it (forest: one per
 #: A/B question), a run one per analysis settings and code version.
 KEEP = 12
@@ -73,7 +77,9 @@ def stored(
         os.utime(entry)  # recently used: the last to be evicted
         return entry
     home.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=home, prefix=f".{name}-{os.getpid()}-", suffix=".tmp")
+    fd, partial = tempfile.mkstemp(
+        dir=home, prefix=f"{PARTIAL}{os.getpid()}-{name}-", suffix=".tmp"
+    )
     os.close(fd)
     try:
         write(Path(partial))
@@ -87,18 +93,9 @@ def stored(
 
 def remove_partials(home: Path) -> None:
     """Remove the temp files of entries whose writer is gone: a process killed while it
-    wrote one (the report's kernel, stopped by the report mid-figure) runs no clean-up.
-    A live writer's, or another user's, stay."""
-    for partial in home.glob(".*.tmp") if home.is_dir() else ():
-        pid = partial.name[:-4].rsplit("-", 2)[-2]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            partial.unlink(missing_ok=True)
-        except PermissionError:
-            pass  # alive, somebody else's
+    wrote one (the report's kernel, stopped by the report mid-figure) runs no clean-up
+    (:func:`kvqueue.kernel.remove_dead_entries`). A live writer's, or another user's, stay."""
+    remove_dead_entries(PARTIAL, home)
 
 
 def pickled(

@@ -283,7 +283,7 @@ def bootstrap_method(method: str) -> str:
 
 def bootstrap_interval(
     data: Sequence[np.ndarray],
-    statistic: Callable[..., np.ndarray],
+    statistic: Callable[..., np.ndarray] | None = None,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
@@ -300,7 +300,8 @@ def bootstrap_interval(
         One or more 1-D arrays of equal length (one value per process); several arrays
         are resampled *paired* (the same processes in every array).
     statistic
-        Vectorized statistic ``f(*arrays, axis) -> array``.
+        Vectorized statistic ``f(*arrays, axis) -> array`` (None: ``of_medians`` of the
+        arrays' medians).
     confidence, resamples, seed, method
         Passed to :func:`scipy.stats.bootstrap` (``method`` through
         :func:`bootstrap_method`). A fresh generator is seeded for every call, so one
@@ -308,9 +309,10 @@ def bootstrap_interval(
     min_n
         Fewest processes for an interval (see :data:`MIN_PROCESSES`).
     of_medians
-        ``statistic`` written as a function of each array's median (``f(*medians)``),
-        when it is one: the percentile bootstrap then takes each resample's median from
-        :func:`_resample_medians`, the same bits in half the time.
+        The statistic as a function of each array's median (``f(*medians)``), when it
+        is one: the percentile bootstrap then takes each resample's median from
+        :func:`_resample_medians`, the same bits in half the time. Give one of
+        ``statistic`` and ``of_medians``.
 
     Returns
     -------
@@ -320,6 +322,10 @@ def bootstrap_interval(
         and scipy would warn).
     """
     method = bootstrap_method(method)
+    if statistic is None:
+        if of_medians is None:
+            raise TypeError("bootstrap_interval needs statistic or of_medians")
+        statistic = _of_array_medians(of_medians)
     arrays = [np.asarray(a, dtype=float) for a in data]
     n = len(arrays[0])
     estimate = float(statistic(*arrays, axis=-1)) if n else math.nan
@@ -400,8 +406,13 @@ def _resample_medians(a: np.ndarray, resamples: int, seed: int) -> np.ndarray:
     return (low + high) / 2
 
 
-def _reduction(ratios: np.ndarray, axis: int = -1) -> np.ndarray:
-    return 1.0 - np.median(ratios, axis=axis)
+def _of_array_medians(of_medians: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``f(*medians)`` as the vectorized statistic ``g(*arrays, axis)`` of the arrays."""
+
+    def statistic(*arrays: np.ndarray, axis: int = -1) -> np.ndarray:
+        return of_medians(*(np.median(a, axis=axis) for a in arrays))
+
+    return statistic
 
 
 def reduction_interval(
@@ -455,7 +466,6 @@ def reduction_interval(
         raise ValueError(f"unknown CI method {method!r} (one of {', '.join(METHODS)})")
     return bootstrap_interval(
         [r],
-        _reduction,
         confidence=confidence,
         resamples=resamples,
         seed=seed,
@@ -650,12 +660,8 @@ def order_effect(
         slopes = position_slopes(samples).to_numpy()
     steps = int(samples["order_position"].max()) if len(samples) else 0
 
-    def _effect(s: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.expm1(steps * np.median(s, axis=axis))
-
     return bootstrap_interval(
         [slopes],
-        _effect,
         confidence=confidence,
         resamples=resamples,
         seed=seed,
@@ -702,20 +708,15 @@ def gap_closed(
         checks that).
     """
 
-    def _gap(c: np.ndarray, f: np.ndarray, axis: int = -1) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return (1.0 - np.median(c, axis=axis)) / (1.0 - np.median(f, axis=axis))
-
-    def _gap_of_medians(mc: np.ndarray, mf: np.ndarray) -> np.ndarray:
+    def _gap(mc: np.ndarray, mf: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             return (1.0 - mc) / (1.0 - mf)
 
     return bootstrap_interval(
         [np.asarray(candidate_ratios, dtype=float), np.asarray(bound_ratios, dtype=float)],
-        _gap,
         confidence=confidence,
         resamples=resamples,
         seed=seed,
         method=method,
-        of_medians=_gap_of_medians,
+        of_medians=_gap,
     )
