@@ -17,11 +17,15 @@ How a count is made (docs/design.md §13):
 
 Determinism: ``PYTHONHASHSEED=0``, the same seeds, no bytecode written (a ``.pyc``
 written by the first run and read by the next changed the zero count by ~45 million
-instructions on CPython 3.11.7) nor read (``PYTHONPYCACHEPREFIX`` at a folder that cannot
-exist: four ``.pyc`` files of 3.11's tag another process had left in ``kvqueue/__pycache__``
+instructions on CPython 3.11.7), and none of the project's read: the counted process
+imports a copy of the package's sources made for the count, without ``__pycache__``
+(four ``.pyc`` files of 3.11's tag another process had left in ``kvqueue/__pycache__``
 moved 3.11.7's counts by ~+15 instructions per operation, 0.5 %, against a clean copy;
-without them the two agree within 0.02 %). Compiling the standard library too makes a
-zero run ~5x longer (3.2 billion instructions on 3.13.0).
+without them the two agree within 0.02 %). The standard library's own ``.pyc`` files,
+written once when the interpreter was installed, are read: compiling it too (layout 2,
+``PYTHONPYCACHEPREFIX`` at a folder that cannot exist) made a zero run 5x longer, 2.97
+billion instructions against 0.6 billion on 3.11.7 (7.5 s against 1.6 s under
+cachegrind here).
 
 Optional cache simulation (``--cache-sim=yes``, ~2× slower) adds L1 and last-level
 misses and an estimated-cycles figure: L1 hits + 5 × LL hits + 35 × RAM accesses, the
@@ -69,15 +73,14 @@ INSTALL_HINT = (
     "available on Apple silicon: use a Linux machine or container)"
 )
 _TIMEOUT_S = 900
-#: Where a counted process looks for ``.pyc`` files: nowhere (procfs holds no such
-#: folder and none can be made there), so it compiles everything from source.
-NO_PYCACHE = "/proc/kvqueue-no-pycache"
 #: How a counted process's memory layout is kept the same wherever and by whom the
-#: project is run: 2, every path it imports or reads from is of one length
-#: (:func:`_fixed_root`), its environment is fixed (:func:`_env`) and it reads no
-#: site-packages; 1 (unrecorded) had the checkout's path and the caller's environment.
-#: Part of a check-queue reference's plan: counts of the two differ by up to 7 %.
-LAYOUT = 2
+#: project is run: 3, every path it imports or reads from is of one length
+#: (:func:`_fixed_root`), its environment is fixed (:func:`_env`), it reads no
+#: site-packages and no ``.pyc`` of the project's, and reads the standard library's;
+#: 2 compiled the standard library from source as well; 1 (unrecorded) had the
+#: checkout's path and the caller's environment. Part of a check-queue reference's
+#: plan: counts of two layouts differ (1 and 2 by up to 7 %).
+LAYOUT = 3
 #: Characters the runner's folder is padded to in a counted process's spec, and PATH in
 #: its environment (past pymalloc's 512 bytes, so that neither moves its small objects).
 _CWD_WIDTH = 1024
@@ -239,19 +242,14 @@ def _env(root: Path) -> dict[str, str]:
         "XDG_CACHE_HOME": str(root / "cache"),
         "PYTHONHASHSEED": HASH_SEED,
         "PYTHONDONTWRITEBYTECODE": "1",
-        # Nor read: a .pyc of the measured interpreter's tag that another process left
-        # in the project (kvqueue/__pycache__/*.cpython-311.pyc) moved every target count
-        # of CPython 3.11.7 by ~+15 instructions per operation (0.5 %) against a folder
-        # without one. Everything is compiled from source, at a fixed path.
-        "PYTHONPYCACHEPREFIX": NO_PYCACHE,
         child.PARENT_ENV: f"{os.getpid():07d}",  # one length for every pid
     }
 
 
 def _fixed_root(tmp: Path) -> Path:
-    """Links to the project's package and the release cache in ``tmp``, whose name has
-    one length (``<prefix><pid, 7 digits>-<8 characters>``): the counted process runs in
-    ``tmp`` and imports from it.
+    """A copy of the project's package and a link to the release cache in ``tmp``, whose
+    name has one length (``<prefix><pid, 7 digits>-<8 characters>``): the counted process
+    runs in ``tmp`` and imports from it.
 
     Why: the path strings a process holds before its loops (``sys.path``, module file
     names) shift where everything after them lands in memory, and the loops' counts
@@ -260,7 +258,13 @@ def _fixed_root(tmp: Path) -> Path:
     operation (-1.5 %, beyond check-queue's 1 %), and 3.10.13's mix by -0.4 %; CI counts
     in a checkout of its own.
     """
-    (tmp / "kvqueue").symlink_to(hostinfo.PROJECT_DIR / "kvqueue", target_is_directory=True)
+    # A copy of the package's sources, not a link to it: a .pyc another process left in
+    # the checkout's __pycache__ would be read (see the module docstring).
+    shutil.copytree(
+        hostinfo.PROJECT_DIR / "kvqueue",
+        tmp / "kvqueue",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     # The cache's own rule (``cache_dir()`` is ``<base>/kvqueue``): ``cache`` is the base.
     (tmp / "cache").symlink_to(cache_paths.cache_dir().parent, target_is_directory=True)
     # Nothing else in it: the interpreter lists sys.path[0] once, and the count files
