@@ -268,9 +268,6 @@ def variant_labels(sources: list[str], prefix: str = "") -> list[str]:
 #: nanosecond is far below the noise (about 1 % of ~100 ns), and a fixed format keeps the
 #: files small and diffable.
 SAMPLE_FLOAT_DECIMALS = 3
-#: Largest error that writing with :data:`SAMPLE_FLOAT_DECIMALS` can introduce: half a
-#: unit of the last decimal, plus float error (124.1125 is written ``124.112``).
-SAMPLE_FLOAT_ABS_ERROR = 0.5 * 10.0**-SAMPLE_FLOAT_DECIMALS + 1e-9
 #: Relative tolerance of the reader's ``ns_per_cycle == ns_total / (loops *
 #: ops_per_loop)`` check. Far above the rounding error (5e-4 ns on >= 10 ns cycles is
 #: < 5e-5 relative), so it only catches a swapped or corrupted column.

@@ -20,7 +20,14 @@ from benchutil import run_make
 from kvqueue import __main__ as cli
 from kvqueue.errors import BenchInputError
 from kvqueue.measure import run_notebook
-from kvqueue.params import bench_params, command_params, make_vars, policy_params, report_params
+from kvqueue.params import (
+    bench_params,
+    command_params,
+    make_vars,
+    policy_params,
+    report_params,
+    spec,
+)
 from kvqueue.params.spec import ENV_PREFIX, default_of
 from kvqueue.stats import paired_stats
 
@@ -395,33 +402,44 @@ def test_make_variables_reach_the_cli_without_a_shell(tmp_path: Path, host: str,
 
 
 def _from_env(environ: dict[str, str]) -> bench_params.BenchParams:
-    return bench_params.from_text(bench_params.environment_texts(environ))
+    return bench_params.from_text(spec.environment_texts(bench_params.bench_fields(), environ))
 
 
 def test_bool_and_number_texts_are_refused_in_one_line() -> None:
     with pytest.raises(BenchInputError, match="quick must be 1 or 0"):
         bench_params.from_text(
-            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "maybe"})
+            spec.environment_texts(
+                bench_params.bench_fields(), {"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "maybe"}
+            )
         )
     with pytest.raises(BenchInputError, match="sample_ms must be a positive number"):
         bench_params.from_text(
-            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "inf"})
+            spec.environment_texts(
+                bench_params.bench_fields(), {"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "inf"}
+            )
         )
     with pytest.raises(BenchInputError, match="sample_ms must be at most"):
         bench_params.from_text(
-            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "1e9"})
+            spec.environment_texts(
+                bench_params.bench_fields(), {"KVQUEUE_HOST": "h", "KVQUEUE_SAMPLE_MS": "1e9"}
+            )
         )
     with pytest.raises(BenchInputError, match="pools lists 2048 twice"):
         bench_params.from_text(
-            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_POOLS": "2048 2048"})
+            spec.environment_texts(
+                bench_params.bench_fields(), {"KVQUEUE_HOST": "h", "KVQUEUE_POOLS": "2048 2048"}
+            )
         )
     with pytest.raises(BenchInputError, match="cases lists alloc1 twice"):
         bench_params.from_text(
-            bench_params.environment_texts({"KVQUEUE_HOST": "h", "KVQUEUE_CASES": "alloc1 alloc1"})
+            spec.environment_texts(
+                bench_params.bench_fields(), {"KVQUEUE_HOST": "h", "KVQUEUE_CASES": "alloc1 alloc1"}
+            )
         )
     p = bench_params.from_text(
-        bench_params.environment_texts(
-            {"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "1", "KVQUEUE_AA": ""}
+        spec.environment_texts(
+            bench_params.bench_fields(),
+            {"KVQUEUE_HOST": "h", "KVQUEUE_QUICK": "1", "KVQUEUE_AA": ""},
         )
     )
     assert p.quick and not p.aa and p.processes == bench_params.QUICK_OVERRIDES["processes"]

@@ -14,7 +14,6 @@ import itertools
 import pytest
 from poolutil import write_fixture_pool
 
-from kvqueue.errors import GateRefused
 from kvqueue.gate import pool_gate
 from kvqueue.sources.pool_loader import PoolVariant, load_pool
 
@@ -136,12 +135,13 @@ def test_a_different_exception_message_is_refused(fixture_pool):
     )
 
 
-def test_check_pools_raises_gate_refused_in_one_line(fixture_pool):
+def test_gate_records_keep_every_pool_and_a_refusal_in_one_line(fixture_pool):
     broken = variant(fixture_pool, "usage", get_usage=lambda self: 0.5)
-    with pytest.raises(GateRefused) as info:
-        pool_gate.check_pools([fixture_pool, broken], sizes=(64,))
-    assert str(info.value).startswith("FAIL usage: usage differs from base at call 1 ")
-    assert "\n" not in info.value.failure
+    base, refused, after = pool_gate.gate_records([fixture_pool, broken, fixture_pool], (64,))
+    assert base["ok"] and base["role"] == "baseline" and after["ok"]
+    assert not refused["ok"] and refused["sizes"] == []
+    assert refused["error"].startswith("usage differs from base at call 1 ")
+    assert "\n" not in refused["error"]
 
 
 def test_a_named_difference_that_does_not_show_is_refused(fixture_pool):

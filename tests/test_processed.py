@@ -280,7 +280,10 @@ def test_incomplete_run_samples_are_not_read(tmp_path: Path) -> None:
     run = next(tmp_path.glob("*/*"))
     (run / "samples.csv").write_text("garbage, cut short")
     raw = raw_reader.read_raw(tmp_path)
-    assert raw.complete == () and len([r for r in raw.runs if not r.included]) == 1
+    assert (
+        not [r for r in raw.runs if r.complete]
+        and len([r for r in raw.runs if not r.included]) == 1
+    )
 
 
 def test_cli_malformed_file_one_line_nonzero(

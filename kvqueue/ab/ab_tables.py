@@ -161,15 +161,6 @@ def results_table(
     return pd.DataFrame(rows)
 
 
-def comparisons(
-    data: store.Processed, cases: Sequence[str], *, phase: str = "main"
-) -> list[tuple[str, str]]:
-    """The ``(candidate, baseline)`` comparisons of ``cases`` in the headline runs, in
-    report order (configured pairs first)."""
-    sel = comparison_rows(data, cases, phase=phase)
-    return list(dict.fromkeys(zip(sel["candidate"], sel["baseline"], strict=True)))
-
-
 def comparison_rows(
     data: store.Processed,
     cases: Sequence[str],

@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvqueue.errors import GateRefused
 from kvqueue.sources.pool_loader import PoolVariant
 from kvqueue.sources.versions import version_key
 from kvqueue.subjects.pool_api import PoolAPI, PoolAPIError, PoolRequest, pool_api
@@ -625,48 +624,6 @@ def pool_gate(
         except Exception as exc:  # a crash in the driver's own calls is a refusal too
             return result(f"{candidate.label} at {size:,} blocks: {type(exc).__name__}: {exc}")
     return result(None)
-
-
-def check_pools(
-    variants: Sequence[PoolVariant],
-    sizes: Sequence[int] = DEFAULT_SIZES,
-    seed: int = DEFAULT_SEED,
-    intents: int = DEFAULT_INTENTS,
-    differences: Mapping[str, Sequence[str]] | None = None,
-) -> list[PoolGateResult]:
-    """Gate every pool against the first (the baseline against a fresh copy of itself).
-
-    Parameters
-    ----------
-    variants
-        Baseline first.
-    sizes, seed, intents
-        As :func:`pool_gate`.
-    differences
-        Named differences per candidate label (default: by release, as
-        :func:`design_differences`).
-
-    Returns
-    -------
-    list of PoolGateResult
-        One per variant, all passed.
-
-    Raises
-    ------
-    GateRefused
-        At the first refused pool; ``failure`` is its one line.
-    """
-    if not variants:
-        raise GateRefused("no pools given", failure="no pools given")
-    results = []
-    for variant in variants:
-        named = None if differences is None else differences.get(variant.label, ())
-        res = pool_gate(variants[0], variant, sizes, seed, intents, named)
-        results.append(res)
-        if not res.ok:
-            line = f"FAIL {variant.label}: {res.error}"
-            raise GateRefused(line, failure=line)
-    return results
 
 
 def gate_records(

@@ -257,11 +257,6 @@ def from_text(given: Mapping[str, str | bool | None]) -> PolicyParams:
     return p
 
 
-def environment_texts(environ: Mapping[str, str]) -> dict[str, str | None]:
-    """The text of every :class:`PolicyParams` field from ``KVQUEUE_<MAKE VARIABLE>``."""
-    return spec.environment_texts(policy_fields(), environ)
-
-
 def check_fields(p: PolicyParams) -> None:
     """The checks of each field of a policy run on its own (one line, before anything is
     written); :func:`kvqueue.policy.policy_checks.check_values` runs them, then the policy

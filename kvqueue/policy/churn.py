@@ -445,7 +445,7 @@ class RequestStream:
 
 
 class Churn:
-    """The synthetic workload on :class:`Pools`; ``alloc`` is the decode side's allocation.
+    """The synthetic workload on :class:`Pools`.
 
     Parameters
     ----------
@@ -490,30 +490,6 @@ class Churn:
             [(family, i) for i in range(prefix)]
             for family, prefix in enumerate(self.stream.family_prefix)
         ]
-
-    @property
-    def queue(self) -> Any:
-        """The decode side's queue."""
-        return self.pools.decode.queue
-
-    @property
-    def blocks(self) -> list[Any]:
-        """The decode side's blocks."""
-        return self.pools.decode.blocks
-
-    @property
-    def ref(self) -> list[int]:
-        """The decode side's reference counts."""
-        return self.pools.decode.ref
-
-    @property
-    def alloc(self) -> Callable[[int], list]:
-        """The decode side's allocation."""
-        return self.pools.decode.alloc
-
-    @alloc.setter
-    def alloc(self, value: Callable[[int], list]) -> None:
-        self.pools.decode.alloc = value
 
     @property
     def age(self) -> float:

@@ -74,14 +74,6 @@ class Question:
             return any(schema.is_pool_label(v) for v in labels)
         return self.pair is not None and schema.is_pool_label(self.pair[0])
 
-    @property
-    def hosts(self) -> int:
-        """Hosts whose runs answer the question (the writeup's size budget grows with them)."""
-        if self.kind == AB:
-            return int(self.data.headline_runs()["host"].nunique())
-        table = self.data.history if self.kind == HISTORY else self.data.policy
-        return int(table.loc[table["headline"].astype(bool), "host"].nunique())
-
 
 def slug(text: str) -> str:
     """A file-name stem: lower-case letters, digits, ``.`` and ``-`` (``vllm==0.32.0`` ->

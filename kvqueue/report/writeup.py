@@ -12,7 +12,6 @@ uploads the PNGs). The sections come from :mod:`kvqueue.report.question_sections
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from kvqueue.report import figures, frames, question_sections, questions
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import Section
 
-__all__ = ["question_writeup", "section_markdown", "visible_part", "write_writeups"]
+__all__ = ["question_writeup", "section_markdown", "write_writeups"]
 
 #: Folder of the writeups inside the report folder.
 WRITEUPS = "writeups"
@@ -31,9 +30,6 @@ WRITEUPS = "writeups"
 #: figure of the same name (drawn from the same headline runs).
 _WHOLE_DATA_FIGURES = ("history", "history_pool", "policy")
 _KINDS = (questions.AB, questions.HISTORY, questions.POLICY)
-
-#: ``<details>`` blocks of the writeup (as written by :func:`section_markdown`).
-_DETAILS = re.compile(r"<details>.*?</details>", re.S)
 
 
 def _heading(section: Section) -> str:
@@ -122,11 +118,6 @@ def question_writeup(
         if s.writeup
     ]
     return "\n\n".join(p for p in out if p) + "\n"
-
-
-def visible_part(markdown: str) -> str:
-    """The writeup without its ``<details>`` blocks: what a reader sees unfolded."""
-    return _DETAILS.sub("", markdown)
 
 
 def write_writeups(

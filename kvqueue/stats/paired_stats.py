@@ -109,11 +109,6 @@ class Interval:
     confidence: float = DEFAULT_CONFIDENCE
     resamples: int = DEFAULT_RESAMPLES
 
-    @property
-    def half_width(self) -> float:
-        """Half the width of the interval (NaN when the interval is undefined)."""
-        return (self.high - self.low) / 2.0
-
 
 # ---------------------------------------------------------------------------------------
 # per-process aggregation
