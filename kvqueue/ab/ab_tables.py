@@ -98,8 +98,6 @@ def results_table(
     *,
     phase: str = "main",
     headline_only: bool = True,
-    kind: str = ab_analysis.PAIR,
-    pair: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
     """Comparison results, one row per host x interpreter x pool x comparison (x case).
 
@@ -113,11 +111,6 @@ def results_table(
         ``"main"`` or ``"confirm"``.
     headline_only
         Only the headline run (newest full-protocol run) per host x interpreter.
-    kind
-        ``"pair"`` (real comparisons) or ``"aa"`` (A/A noise floor).
-    pair
-        Only this ``(candidate, baseline)`` comparison (the Comparison column is left
-        out then).
 
     Returns
     -------
@@ -126,11 +119,9 @@ def results_table(
         Reduction, 95% CI, Verdict, Faster in, sample CV, and ``A/A ±`` when an A/A pair
         was measured in any shown run.
     """
-    sel = comparison_rows(data, cases, phase=phase, headline_only=headline_only, kind=kind)
-    if pair is not None:
-        sel = sel[(sel["candidate"] == pair[0]) & (sel["baseline"] == pair[1])]
+    sel = comparison_rows(data, cases, phase=phase, headline_only=headline_only)
     ci = ci_header(data.settings.confidence)
-    show_aa = kind == ab_analysis.PAIR and sel["aa_half_width"].notna().any()
+    show_aa = sel["aa_half_width"].notna().any()
     rows = []
     for r in sel.itertuples(index=False):
         row = {}
@@ -155,8 +146,6 @@ def results_table(
         )
         if show_aa:
             row["A/A ±"] = "–" if is_na(r.aa_half_width) else fmt_pct(r.aa_half_width, 2)
-        if pair is not None:
-            del row["Comparison"]
         rows.append(row)
     return pd.DataFrame(rows)
 
