@@ -84,11 +84,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install the package with dev extras
 
+# One test process per CPU (pytest-xdist), each taking the next test when it is free: the
+# slow tests are valgrind counts, notebooks and subprocesses of a few to 35 s each. Here
+# (2 vCPUs): 1146 tests in 493 s in one process, 274 s in two.
+PYTEST := $(VPY) -m pytest -q -n auto --dist worksteal
+
 test: $(STAMP) ## run the whole test suite (what CI runs)
-	$(VPY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP) ## run the tests not marked slow (no subprocess/papermill/Chromium runs)
-	$(VPY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP) ## ruff format check + lint
 	$(VPY) -m ruff format --check kvqueue tests methods
