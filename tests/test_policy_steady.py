@@ -397,6 +397,12 @@ def test_the_answer_is_one_reading_per_regime_from_its_longest_run(tmp_path: Pat
     ]
     assert folded == []  # host a is not shown: its figures are in the table
     assert "break-even is " in shown[0]  # one window: no "ranges from x to x"
+    # The sentence gives the break-even with the table's interval, not its estimate alone
+    # (an unpin run read "break-even is 470.2 regions" beside [42.5, ∞] in the table).
+    row = next(ln for ln in shown[0].splitlines() if ln.startswith("| `contig"))
+    cell = row.split(" | ")[5]
+    assert re.search(r"\[[\d,.]+, ([\d,.]+|∞)\]$", cell), cell
+    assert f"break-even is {cell} regions." in shown[0]
 
 
 def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:

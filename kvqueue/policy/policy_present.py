@@ -378,7 +378,7 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         if verdict.startswith("net gain"):
             gains.append(name)
         if even is not None and math.isfinite(even["estimate"]):
-            evens.append(even["estimate"])
+            evens.append((even["estimate"], name, _cell(even, 1)))
         lo, hi = PR_REDUCTION
         if young is not None and young["ci_low"] <= hi and young["ci_high"] >= lo:
             qualify.append(name)
@@ -405,9 +405,10 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
             + (f" ({', '.join(f'`{g}`' for g in gains)})" if gains else "")
             + (
                 (
-                    f"; break-even is {evens[0]:,.1f} regions."
+                    f"; break-even is {evens[0][2]} regions."
                     if len(evens) == 1
-                    else f"; break-even ranges from {min(evens):,.1f} to {max(evens):,.1f} regions."
+                    else f"; break-even ranges from {min(evens)[2]} (`{min(evens)[1]}`) to "
+                    f"{max(evens)[2]} (`{max(evens)[1]}`) regions."
                 )
                 if evens
                 else "; none saves a block-run."
