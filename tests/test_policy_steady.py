@@ -419,6 +419,14 @@ def test_disagreeing_halves_are_not_settled(tmp_path: Path) -> None:
     assert "largest steady-state reduction" not in note
     row = next(line for line in note.splitlines() if line.startswith("| `contig-w4` |"))
     assert "not settled (" in row and "× → " in row  # the two halves: its trend
+    first, second = re.search(r"not settled \(([\d.]+)× → ([\d.]+)×\)", row).groups()
+    assert first != second, row  # a chat run read "not settled (1.00× → 1.00×)"
+
+
+def test_a_trend_shows_the_digits_that_tell_its_halves_apart() -> None:
+    assert policy_present._trend(1.2, 1.1) == "1.20× → 1.10×"
+    assert policy_present._trend(1.0012, 0.9981) == "1.001× → 0.998×"
+    assert policy_present._trend(1.00012, 1.00049) == "1.0001× → 1.0005×"
 
 
 def test_one_process_says_too_few_instead_of_not_settled(tmp_path: Path) -> None:

@@ -365,11 +365,7 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         else:
             a = _get(grp, name, "desc_reduction", first)
             b = _get(grp, name, "desc_reduction", second)
-            trend = (
-                f"{a['estimate']:.2f}× → {b['estimate']:.2f}×"
-                if a is not None and b is not None
-                else "?"
-            )
+            trend = _trend(a["estimate"], b["estimate"]) if a is not None and b is not None else "?"
             steady = f"not settled ({trend})" if _judgeable(grp, name) else f"settling {TOO_FEW}"
         young = _get(grp, name, "desc_reduction", at_pr) if at_pr else None
         added, saved = _get(grp, name, "ns_added"), _get(grp, name, "ns_saved")
@@ -423,6 +419,16 @@ def _reading(host: str, interp: str, variant: str, regime: str, grp: pd.DataFram
         ),
     ]
     return f"{head}\n\n" + "\n".join(lines) + "\n\n" + " ".join(sentences)
+
+
+def _trend(first: float, second: float) -> str:
+    """``first× → second×`` with the fewest decimals (2 to 4) that tell them apart: two
+    halves that disagree read "1.00× → 1.00×" at 2 (a chat run's contig-w8)."""
+    for digits in (2, 3, 4):
+        a, b = f"{first:.{digits}f}", f"{second:.{digits}f}"
+        if a != b:
+            break
+    return f"{a}× → {b}×"
 
 
 def _is_settled(grp: pd.DataFrame, name: str) -> bool:
