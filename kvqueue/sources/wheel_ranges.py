@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from kvqueue.sources.fetch_errors import FetchError, IndexUnreachable, ModuleMissing
 from kvqueue.sources.package_index import IndexFile, Net, reason_of, redact
-from kvqueue.sources.release_cache import MEMBER
 
 #: Set to 1 to always download the whole wheel (no range reads).
 FULL_DOWNLOAD_ENV = "KVQUEUE_FULL_DOWNLOAD"
@@ -176,24 +175,6 @@ def _record_sha256(record_text: str, member: str) -> str | None:
                 return None
             return raw.hex()
     return None
-
-
-def range_member(net: Net, wheel: IndexFile, version: str) -> tuple[bytes, tuple[str, ...]]:
-    """Read :data:`MEMBER` of a remote wheel by range requests; return it and the checks.
-
-    Raises
-    ------
-    NoRanges
-        Fall back to the full download.
-    ModuleMissing
-        The wheel's central directory has no :data:`MEMBER`.
-    FetchError
-        The member fails its CRC-32 or its RECORD sha256.
-    """
-    found, verified = range_members(net, wheel, version, (MEMBER,))
-    data = found[MEMBER]
-    assert data is not None  # a required member is never None
-    return data, verified
 
 
 def range_members(
