@@ -233,10 +233,18 @@ def read_source(source: str, class_name: str | None = None) -> ClassSource:
     )
 
 
-def _read_git(base: str) -> tuple[bytes, str]:
-    """Read ``vllm/v1/core/kv_cache_utils.py`` at REF from ``git:REPO@REF``."""
-    spec = base[len("git:") :]
-    repo, sep, ref = spec.rpartition("@")
+def git_commit(base: str, member: str) -> tuple[str, str, str]:
+    """``(repo, ref, commit)`` of a ``git:REPO@REF`` source whose ``member`` is read, the
+    ref resolved to its commit (HEAD or a branch names another commit tomorrow, and the
+    record must say which commit was measured).
+
+    Raises
+    ------
+    SourceError
+        Not of that form, a ref that git would read as an option, no such repository or
+        commit; one line.
+    """
+    repo, sep, ref = base[len("git:") :].rpartition("@")
     if not sep or not repo or not ref:
         raise SourceError(f"'{base}' is not of the form git:REPO_PATH@REF")
     if ref.startswith("-"):
@@ -247,8 +255,6 @@ def _read_git(base: str) -> tuple[bytes, str]:
     repo = str(Path(repo).expanduser())
     if not Path(repo).is_dir():
         raise SourceError(f"git repository '{repo}' does not exist")
-    # Resolve the ref first: HEAD or a branch names a different commit tomorrow, and the
-    # record must say which commit was measured.
     rev = subprocess.run(
         ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
         capture_output=True,
@@ -256,17 +262,28 @@ def _read_git(base: str) -> tuple[bytes, str]:
     )
     commit = rev.stdout.strip() if rev.returncode == 0 else ""
     if not commit:
-        raise SourceError(f"cannot read {MEMBER} at '{ref}' in {repo}: no such commit")
-    proc = subprocess.run(
-        ["git", "-C", repo, "show", f"{commit}:{MEMBER}"],
-        capture_output=True,
-    )
-    if proc.returncode != 0:
-        stderr = proc.stderr.decode(errors="replace").strip()
-        reason = (stderr.splitlines() or ["git show failed"])[-1]
+        raise SourceError(f"cannot read {member} at '{ref}' in {repo}: no such commit")
+    return repo, ref, commit
+
+
+def git_show(repo: str, commit: str, member: str) -> tuple[bytes | None, str]:
+    """``member``'s bytes at ``commit`` (``None`` when git cannot show it) and git's
+    reason when it cannot."""
+    proc = subprocess.run(["git", "-C", repo, "show", f"{commit}:{member}"], capture_output=True)
+    if proc.returncode == 0:
+        return proc.stdout, ""
+    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    return None, (lines or ["git show failed"])[-1]
+
+
+def _read_git(base: str) -> tuple[bytes, str]:
+    """Read ``vllm/v1/core/kv_cache_utils.py`` at REF from ``git:REPO@REF``."""
+    repo, ref, commit = git_commit(base, MEMBER)
+    raw, reason = git_show(repo, commit, MEMBER)
+    if raw is None:
         raise SourceError(f"cannot read {MEMBER} at '{ref}' in {repo}: {reason}")
     where = f"{Path(repo).resolve()}@{commit}:{MEMBER}"
-    return proc.stdout, where if commit.startswith(ref) else f"{where} (ref {ref})"
+    return raw, where if commit.startswith(ref) else f"{where} (ref {ref})"
 
 
 def _cut_class(text: str, class_name: str, where: str) -> tuple[str, int]:

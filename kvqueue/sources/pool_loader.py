@@ -43,7 +43,6 @@ import __future__
 import ast
 import hashlib
 import json
-import subprocess
 import sys
 import traceback
 import types
@@ -60,6 +59,8 @@ from kvqueue.sources.loader import (
     ClassSource,
     SourceError,
     Variant,
+    git_commit,
+    git_show,
     load_variant,
 )
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER, POOL_MEMBERS
@@ -270,34 +271,20 @@ def _decode(raw: bytes, where: str) -> str:
 
 def _read_git_pool(source: str) -> PoolTexts:
     """Read the three members at REF from ``git:REPO@REF`` (the metrics may be absent)."""
-    repo, sep, ref = source[len("git:") :].rpartition("@")
-    if not sep or not repo or not ref:
-        raise PoolSourceError(f"'{source}' is not of the form git:REPO_PATH@REF")
-    if ref.startswith("-"):
-        raise PoolSourceError(f"git ref '{ref}' must not start with '-'")
-    repo = str(Path(repo).expanduser())
-    if not Path(repo).is_dir():
-        raise PoolSourceError(f"git repository '{repo}' does not exist")
-    rev = subprocess.run(
-        ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    commit = rev.stdout.strip() if rev.returncode == 0 else ""
-    if not commit:
-        raise PoolSourceError(f"cannot read {POOL_MEMBER} at '{ref}' in {repo}: no such commit")
+    try:
+        repo, ref, commit = git_commit(source, POOL_MEMBER)
+    except SourceError as exc:
+        raise PoolSourceError(str(exc)) from None
     texts: dict[str, tuple[str, str] | None] = {}
     for member in POOL_MEMBERS:
-        show = ["git", "-C", repo, "show", f"{commit}:{member}"]
-        proc = subprocess.run(show, capture_output=True)
+        raw, reason = git_show(repo, commit, member)
         where = f"{Path(repo).resolve()}@{commit}:{member}"
-        if proc.returncode != 0:
+        if raw is None:
             if member == METRICS_MEMBER:
                 texts[member] = None
                 continue
-            reason = (proc.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
             raise PoolSourceError(f"cannot read {member} at '{ref}' in {repo}: {reason}")
-        texts[member] = (_decode(proc.stdout, where), where)
+        texts[member] = (_decode(raw, where), where)
     pool, utils, metrics = texts[POOL_MEMBER], texts[MEMBER], texts[METRICS_MEMBER]
     assert pool is not None and utils is not None
     return PoolTexts(
