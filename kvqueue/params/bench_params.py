@@ -236,16 +236,6 @@ def parse_texts(given: Mapping[str, str | bool | None]) -> dict[str, Any]:
     return spec.parse_texts(bench_fields(), given)
 
 
-def environment_texts(environ: Mapping[str, str]) -> dict[str, str | None]:
-    """The text of every field from ``KVQUEUE_<MAKE VARIABLE>``; empty or unset: ``None``.
-
-    This is how ``make`` passes its variables: verbatim, so that no value is ever
-    evaluated by a shell. An empty variable means "the default" (so QUICK's defaults
-    still apply to it).
-    """
-    return spec.environment_texts(bench_fields(), environ)
-
-
 def make_params(**given: Any) -> BenchParams:
     """Build and check :class:`BenchParams` from values; missing ones take the default.
 

@@ -168,11 +168,6 @@ class RawData:
     unreadable: tuple[Unreadable, ...] = ()
 
     @property
-    def complete(self) -> tuple[Run, ...]:
-        """Runs whose status is ``complete`` (altered ones included)."""
-        return tuple(r for r in self.runs if r.complete)
-
-    @property
     def included(self) -> tuple[Run, ...]:
         """Runs that enter the analysis: complete and not altered."""
         return tuple(r for r in self.runs if r.included)
