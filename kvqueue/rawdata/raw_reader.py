@@ -212,6 +212,12 @@ def run_dirs(raw_dir: Path | str) -> list[Path]:
     return found
 
 
+def in_scope(run_dir: Path, hosts: Sequence[str] = (), run_ids: Sequence[str] = ()) -> bool:
+    """Whether a run folder is among ``hosts`` and ``run_ids`` (the report's ``HOSTS`` and
+    ``RUNS``; empty: all)."""
+    return (not hosts or run_dir.parent.name in hosts) and (not run_ids or run_dir.name in run_ids)
+
+
 def read_raw(
     raw_dir: Path | str,
     *,
@@ -260,11 +266,7 @@ def read_raw(
                 + (f" (did you mean {near[0]}?)" if near else "")
                 + (f"; the host folders: {', '.join(known)}" if what == "HOSTS" else ""),
             )
-    dirs = [
-        d
-        for d in every
-        if (not hosts or d.parent.name in hosts) and (not run_ids or d.name in run_ids)
-    ]
+    dirs = [d for d in every if in_scope(d, hosts, run_ids)]
     first_of: dict[str, Path] = {}
     for d in dirs:
         if d.name in first_of:

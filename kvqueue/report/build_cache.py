@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvqueue.kernel import remove_dead_entries
+from kvqueue.params.report_params import SCOPE_FIELDS, ReportSettings
 
 #: The cache's folder in the processed folder.
 FOLDER = "cache"
@@ -46,6 +47,12 @@ def code_digest() -> str:
         h.update(b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def settings_part(settings: ReportSettings) -> str:
+    """The report settings as a key part, the scope (``HOSTS``, ``RUNS``) left out: it
+    decides which runs are read, and so what an entry is computed from, not how."""
+    return repr(sorted((k, v) for k, v in settings.to_dict().items() if k not in SCOPE_FIELDS))
 
 
 def key(name: str, parts: Iterable[str | bytes]) -> str:

@@ -608,11 +608,12 @@ def _write_png(fig: Figure, path: Path) -> None:
 
 def figure_key(data: store.Processed, name: str, tables: Sequence[str], extra: str = "") -> str:
     """The build cache's key of a figure (:func:`kvqueue.report.build_cache.key`): its
-    name, the content of the tables it reads, the report settings, ``extra`` (what else
-    it is drawn from) and the plotting libraries' versions."""
+    name, the content of the tables it reads, the report settings but the scope (as a
+    run's key: :func:`kvqueue.report.build_cache.settings_part`), ``extra`` (what else it
+    is drawn from) and the plotting libraries' versions."""
     import matplotlib
 
-    parts: list[str | bytes] = [extra, repr(sorted(data.settings.to_dict().items()))]
+    parts: list[str | bytes] = [extra, build_cache.settings_part(data.settings)]
     # seaborn's version from its metadata: importing it would cost the 2.8 s that a
     # process whose figures all come from the cache does not pay (kvqueue.plotstyle).
     parts += [matplotlib.__version__, importlib.metadata.version("seaborn"), str(DPI)]

@@ -25,7 +25,7 @@ import pandas as pd
 from kvqueue import schema
 from kvqueue.ab import ab_analysis
 from kvqueue.history import history_analysis
-from kvqueue.params.report_params import SCOPE_FIELDS, ReportSettings
+from kvqueue.params.report_params import ReportSettings
 from kvqueue.policy import policy_analysis
 from kvqueue.processed import store
 from kvqueue.rawdata import git_state, host_keys, raw_reader, run_ledger
@@ -37,11 +37,9 @@ from kvqueue.stats import count_figures
 
 
 def in_scope(run_dir: Path, settings: ReportSettings | None) -> bool:
-    """Whether a run folder is in the report's scope (``HOSTS``, ``RUNS``)."""
-    if settings is None:
-        return True
-    hosts, runs = settings.hosts, settings.runs
-    return (not hosts or run_dir.parent.name in hosts) and (not runs or run_dir.name in runs)
+    """Whether a run folder is in the report's scope (``HOSTS``, ``RUNS``; the reader's
+    rule, :func:`kvqueue.rawdata.raw_reader.in_scope`)."""
+    return settings is None or raw_reader.in_scope(run_dir, settings.hosts, settings.runs)
 
 
 #: The files of a run folder the analysis reads (``bench.ipynb``: its digest decides
@@ -105,7 +103,7 @@ def _cached_analysis(
     line per run. Pickle keeps every float, so the tables are those of a computation
     from scratch."""
     home = Path(processed_dir) / build_cache.FOLDER
-    analysis = repr(sorted((k, v) for k, v in settings.to_dict().items() if k not in SCOPE_FIELDS))
+    analysis = build_cache.settings_part(settings)
 
     def compute(run: raw_reader.Run) -> dict[str, pd.DataFrame]:
         folder = f"{run.host}/{run.run_id}/"
