@@ -20,6 +20,8 @@ from pathlib import Path
 
 #: File name of a cached release's module.
 MODULE_NAME = "kv_cache_utils.py"
+#: The folder of the wheel whose members are cached flat, by file name.
+CORE_FOLDER = "vllm/v1/core"
 #: File name of the digest record kept beside each cached release file.
 RECORD_NAME = "record.json"
 
@@ -49,9 +51,12 @@ def record_path(version: str) -> Path:
 def member_cached_path(version: str, member: str) -> Path:
     """Return where member ``member`` (a path inside the wheel) of ``version`` is cached.
 
-    ``kv_cache_utils.py`` keeps the path of :func:`cached_path`, so caches written before
-    other members were fetched stay valid; every other member of ``vllm/v1/core/`` lives
-    beside it under its own file name (``vllm-0.33.0/block_pool.py``).
+    One rule, the member's path: ``kv_cache_utils.py`` keeps the path of
+    :func:`cached_path`, and every other member of ``vllm/v1/core/`` lives beside it
+    under its own file name (``vllm-0.33.0/block_pool.py``), so caches written before
+    other members were fetched stay valid; a member outside ``vllm/v1/core/`` keeps its
+    whole path (``vllm-0.9.2/vllm/v1/utils.py``: ``vllm/utils.py`` and
+    ``vllm/v1/utils.py`` are two files).
 
     Parameters
     ----------
@@ -65,7 +70,9 @@ def member_cached_path(version: str, member: str) -> Path:
     Path
         The cached file (may not exist).
     """
-    name = member.rsplit("/", 1)[-1]
+    folder, _, name = member.rpartition("/")
+    if folder != CORE_FOLDER:
+        return cached_path(version).parent / member
     if name == MODULE_NAME:
         return cached_path(version)
     return cached_path(version).with_name(name)

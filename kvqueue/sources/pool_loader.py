@@ -16,7 +16,7 @@ the pool when the release has it (0.18.0 on).
 ``block_pool.py`` is compiled byte for byte (``dont_inherit=True``: this module's
 ``from __future__ import annotations`` must not leak into vLLM's code, whose annotations
 are evaluated at definition time) into a fresh module whose ``vllm.*`` imports are
-answered from a private table (:mod:`kvqueue.sources.pool_stubs`), never from
+answered from a private table (:mod:`kvqueue.sources.stand_ins`), never from
 ``sys.modules``. ``vllm.v1.core.kv_cache_utils`` in that table is the release's own file,
 cut by ``ast``: the names ``block_pool.py`` imports from it (``KVCacheBlock``,
 ``FreeKVCacheBlockQueue``, the ``BlockHash`` types and helpers) and every top-level
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from kvqueue.schema import split_name
-from kvqueue.sources import pool_stubs
+from kvqueue.sources import stand_ins
 from kvqueue.sources.fetch_errors import FetchError
 from kvqueue.sources.loader import (
     BLOCK_CLASS,
@@ -453,13 +453,13 @@ _counter = 0
 
 def _module(name: str, path: str, table: dict[str, types.ModuleType]) -> types.ModuleType:
     """A fresh module registered in ``sys.modules`` (dataclasses and tracebacks look
-    there), whose imports are answered by :func:`pool_stubs.importer`."""
+    there), whose imports are answered by :func:`stand_ins.importer`."""
     global _counter
     _counter += 1
     qualified = f"kvqueue._pools.p{_counter}.{name}"
     module = types.ModuleType(qualified)
     module.__file__ = path
-    module.__dict__["__builtins__"] = pool_stubs.builtins_with(pool_stubs.importer(table))
+    module.__dict__["__builtins__"] = stand_ins.builtins_with(stand_ins.importer(table))
     sys.modules[qualified] = module
     return module
 
@@ -528,17 +528,17 @@ def load_pool(source: str, label: str | None = None) -> PoolVariant:
         raise PoolSourceError(f"syntax error in {what} line {exc.lineno}: {exc.msg}") from None
     if not any(isinstance(s, ast.ClassDef) and s.name == POOL_CLASS for s in tree.body):
         raise PoolSourceError(f"class {POOL_CLASS} not found in {what}")
-    table = pool_stubs.stub_table()
+    table = stand_ins.stub_table()
     wanted = _pool_imports(tree, UTILS_MODULE)
     cut = cut_utils(texts.utils_text, [*wanted, BLOCK_CLASS], texts.utils_path)
     utils = _module("kv_cache_utils", texts.utils_path, table)
     placeholders = []
     for bound, (module, attr) in cut.vllm_imports.items():
         if attr is None:
-            value = table.get(module) or pool_stubs.NotStoodIn(module)
+            value = table.get(module) or stand_ins.NotStoodIn(module)
         else:
-            value = pool_stubs.lookup(table, module, attr)
-        if isinstance(value, pool_stubs.NotStoodIn):
+            value = stand_ins.lookup(table, module, attr)
+        if isinstance(value, stand_ins.NotStoodIn):
             placeholders.append(f"{module}.{attr}" if attr else module)
         utils.__dict__[bound] = value
     code = compile(cut.text, texts.utils_path, "exec", flags=_LAZY_ANNOTATIONS, dont_inherit=True)
@@ -551,7 +551,7 @@ def load_pool(source: str, label: str | None = None) -> PoolVariant:
         table[METRICS_MODULE] = metrics
     elif _pool_imports(tree, METRICS_MODULE):
         raise PoolSourceError(f"{what} imports {METRICS_MODULE}, but the source has no such file")
-    pool_stubs.link_packages(table)
+    stand_ins.link_packages(table)
     calls = queue_calls(tree)
     queue: Variant | None = None
     if queue_source is not None:

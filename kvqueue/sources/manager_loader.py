@@ -1,0 +1,290 @@
+"""Turn a *manager source string* into vLLM's ``KVCacheManager`` stack, without torch.
+
+Manager sources (docs/appendix-manager.md):
+
+=====================================  ===================================================
+``vllm==0.34.0``                       that release's manager stack (:data:`FIRST_RELEASE` on)
+``git:REPO@REF``                       the same files at REF of a vLLM checkout
+``path/to/checkout``                   a folder holding ``vllm/`` (or ``vllm/v1/core/``'s
+                                       files themselves)
+``SRC+queue=QUEUE``                    the manager of SRC running the queue class of QUEUE
+                                       (any queue source: ``kvqueue``, ``vllm==0.10.0``)
+``SRC+pool=POOL``                      the manager of SRC running ``block_pool.py`` of POOL
+                                       (any source above: a release, a branch, a folder)
+=====================================  ===================================================
+
+Any source may start with ``NAME=`` (the label), and both swaps may be given. A swap
+attributes a saving to the part that changed: the rest of the stack stays SRC's.
+
+The stack is :mod:`kvqueue.sources.module_graph` rooted at
+``vllm/v1/core/kv_cache_manager.py``: the coordinator, the single-type managers, the
+``BlockPool``, ``kv_cache_metrics.py``, ``kv_cache_interface.py``, the release's own
+``Request`` and the standard-library helpers (``math_utils``, ``hashing``,
+``kv_cache_spec_registry``, ``kv_cache_layout``, ``token_buffer``) are executed whole;
+``kv_cache_utils.py``, ``vllm/utils``, ``vllm/v1/utils.py``, ``vllm/v1/metrics/stats.py``
+and ``vllm/utils/gc_utils.py`` are cut to the definitions the stack imports (hot helpers
+such as ``cdiv``, ``ConstantList`` and ``sha256`` stay the release's own code). Every other
+name is a stand-in or a placeholder that refuses the variant when reached.
+
+A source that cannot be loaded raises :class:`ManagerSourceError`, one line.
+
+Standard library only (the gate and the workers run this under the measured interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvqueue.schema import split_name
+from kvqueue.sources import stand_ins
+from kvqueue.sources.loader import BLOCK_CLASS, QUEUE_CLASS, ClassSource, SourceError, Variant
+from kvqueue.sources.loader import load_variant
+from kvqueue.sources.module_graph import Cut, Graph, LoadError, SourceTexts, read_members
+from kvqueue.sources.module_graph import sha256_text
+from kvqueue.sources.versions import is_version, version_key
+
+MANAGER_CLASS = "KVCacheManager"
+#: The oldest release whose manager this loader drives. 0.9.0 split the manager into a
+#: coordinator and single-type managers; 0.8.x has neither ``kv_cache_coordinator.py``
+#: nor the ``KVCacheBlocks`` return type the adapter reads (docs/appendix-manager.md).
+FIRST_RELEASE = "0.9.0"
+MANAGER_MODULE = "vllm.v1.core.kv_cache_manager"
+POOL_MEMBER = "vllm/v1/core/block_pool.py"
+UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
+#: What a manager reads of a source, in fetch order; only the first is required (a
+#: release lacks the files that came later, e.g. ``token_buffer.py`` before 0.33).
+MEMBERS = (
+    "vllm/v1/core/kv_cache_manager.py",
+    "vllm/v1/core/kv_cache_coordinator.py",
+    "vllm/v1/core/single_type_kv_cache_manager.py",
+    POOL_MEMBER,
+    "vllm/v1/core/kv_cache_utils.py",
+    "vllm/v1/core/kv_cache_metrics.py",
+    "vllm/v1/request.py",
+    "vllm/v1/kv_cache_interface.py",
+    "vllm/v1/utils.py",
+    "vllm/v1/metrics/stats.py",
+    "vllm/v1/kv_cache_spec_registry.py",
+    "vllm/v1/kv_cache_layout.py",
+    "vllm/v1/token_buffer.py",
+    "vllm/envs.py",
+    "vllm/utils.py",
+    "vllm/utils/__init__.py",
+    "vllm/utils/math_utils.py",
+    "vllm/utils/hashing.py",
+    "vllm/utils/gc_utils.py",
+)
+REQUIRED = (MEMBERS[0],)
+#: Big modules of which only the imported definitions run (the rest imports most of vLLM).
+CUT = frozenset(
+    {
+        UTILS_MODULE,
+        "vllm.utils",
+        "vllm.utils.gc_utils",
+        "vllm.v1.utils",
+        "vllm.v1.metrics.stats",
+    }
+)
+SWAPS = ("+queue=", "+pool=")
+#: What the adapter (:mod:`kvqueue.subjects.manager_api`) reads of the cut
+#: ``kv_cache_utils.py`` where the release defines it: requests hash their own blocks
+#: from 0.18 on, with a hasher the engine builds.
+HARNESS = {UTILS_MODULE: ("get_request_block_hasher", "init_none_hash")}
+
+
+class ManagerSourceError(ValueError):
+    """A manager source cannot be loaded; the message is one line naming what failed."""
+
+
+@dataclass(frozen=True)
+class ManagerVariant:
+    """One ``KVCacheManager`` stack under test.
+
+    Attributes
+    ----------
+    label, source
+        The label shown in tables and the manager source string (swaps included).
+    texts
+        The members read from the source (a swapped pool's ``block_pool.py`` included).
+    graph
+        The loaded modules.
+    queue, pool_source
+        The swapped-in queue (a :class:`kvqueue.sources.loader.Variant`) and the source of
+        a swapped-in ``block_pool.py``, or None.
+    """
+
+    label: str
+    source: str
+    texts: SourceTexts
+    graph: Graph
+    queue: Variant | None = None
+    pool_source: str | None = None
+    swapped: dict[str, str] = field(default_factory=dict)
+
+    def module(self, name: str) -> types.ModuleType:
+        """A module of the stack (``vllm.v1.request``, ``vllm.v1.kv_cache_interface``)."""
+        return self.graph.module(name)
+
+    @property
+    def manager_cls(self) -> type:
+        """The ``KVCacheManager`` class."""
+        return self.graph.module(MANAGER_MODULE).__dict__[MANAGER_CLASS]
+
+    @property
+    def sha256(self) -> str:
+        """One digest of everything the stack runs: each member's sha256 and the swapped
+        queue class's (what the gate checked and the workers compare before timing)."""
+        parts = {
+            **{m.path: m.sha256 for m in self.graph.members.values()},
+            "queue": "" if self.queue is None else self.queue.queue_src.sha256,
+        }
+        return sha256_text(json.dumps(parts, sort_keys=True))
+
+    @property
+    def code_sha256(self) -> str:
+        """sha256 of the code the stack runs (a history's version key)."""
+        queue = "" if self.queue is None else self.queue.queue_src.sha256
+        return sha256_text(self.graph.code_sha256() + queue)
+
+    def provenance(self) -> dict[str, Any]:
+        """Return a JSON-ready record of where this stack's code came from."""
+        kv_utils = self.graph.members.get(UTILS_MODULE)
+        return {
+            "label": self.label,
+            "source": self.source,
+            "vllm_version": self.texts.vllm_version,
+            **self.graph.provenance(),
+            "swapped": dict(self.swapped),
+            "sha256": self.sha256,
+            "code_sha256": self.code_sha256,
+            "class_name": MANAGER_CLASS,
+            "class_sha256": self.sha256,
+            "file_sha256": None if kv_utils is None else kv_utils.sha256,
+            "queue_source": None if self.queue is None else self.queue.source,
+            "queue_class_sha256": None if self.queue is None else self.queue.queue_src.sha256,
+        }
+
+
+def split_swaps(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``"SRC+queue=Q+pool=P"`` into ``("SRC", {"queue": "Q", "pool": "P"})``.
+
+    Raises
+    ------
+    ManagerSourceError
+        An empty part or a swap given twice.
+    """
+    base, swaps = spec, {}
+    while True:
+        cuts = [(base.rfind(s), s) for s in SWAPS if base.rfind(s) > 0]
+        if not cuts:
+            break
+        at, sep = max(cuts)
+        kind, value = sep.strip("+="), base[at + len(sep) :]
+        if not value or kind in swaps:
+            raise ManagerSourceError(
+                f"'{spec}': a swap is +queue=SOURCE or +pool=SOURCE, each at most once"
+            )
+        swaps[kind] = value
+        base = base[:at]
+    if not base:
+        raise ManagerSourceError(f"'{spec}' names no manager before its swap")
+    return base, swaps
+
+
+def _check_release(source: str, what: str) -> None:
+    if source.startswith("vllm=="):
+        version = source[len("vllm==") :]
+        if is_version(version) and version_key(version) < version_key(FIRST_RELEASE):
+            raise ManagerSourceError(
+                f"{source}: {what} subjects start at vLLM {FIRST_RELEASE} (older releases "
+                "have no kv_cache_coordinator.py: one manager class this loader does not adapt)"
+            )
+    if source in ("kvqueue", "kvqueue:floor"):
+        raise ManagerSourceError(
+            f"'{source}' is a queue, not a manager: swap it into a release's manager, "
+            f"e.g. vllm==0.34.0+queue={source}"
+        )
+
+
+def load_manager(source: str, label: str | None = None) -> ManagerVariant:
+    """Load the ``KVCacheManager`` stack of a manager source.
+
+    Parameters
+    ----------
+    source
+        A manager source string (module docstring), ``NAME=`` and swaps included.
+    label
+        The label; defaults to the source's ``NAME=`` or the source string.
+
+    Returns
+    -------
+    ManagerVariant
+
+    Raises
+    ------
+    ManagerSourceError
+        One line naming the release, member, definition or swap that failed.
+    """
+    name, spec = split_name(source)
+    base, swaps = split_swaps(spec)
+    _check_release(base, "manager")
+    try:
+        texts = read_members(base, MEMBERS, REQUIRED)
+        members = {m.module: m for m in texts.members.values()}
+        pool_source = swaps.get("pool")
+        if pool_source is not None:
+            _check_release(pool_source, "pool")
+            pool_texts = read_members(pool_source, (POOL_MEMBER,), (POOL_MEMBER,))
+            pool_member = pool_texts.members[POOL_MEMBER]
+            members[pool_member.module] = pool_member
+        holder: dict[str, Variant] = {}
+        after_cut = None
+        queue_source = swaps.get("queue")
+        if queue_source is not None:
+            after_cut = _queue_swap(queue_source, base, texts, holder)
+        graph = Graph(members, CUT, stand_ins.stub_table(), after_cut=after_cut, harness=HARNESS)
+        module = graph.module(MANAGER_MODULE)
+    except LoadError as exc:
+        raise ManagerSourceError(str(exc)) from None
+    if MANAGER_CLASS not in module.__dict__:
+        raise ManagerSourceError(f"class {MANAGER_CLASS} not found in {base}'s kv_cache_manager.py")
+    return ManagerVariant(
+        label=label or name or spec,
+        source=spec,
+        texts=texts,
+        graph=graph,
+        queue=holder.get("queue"),
+        pool_source=swaps.get("pool"),
+        swapped=swaps,
+    )
+
+
+def _queue_swap(queue_source: str, base: str, texts: SourceTexts, holder: dict[str, Variant]) -> Any:
+    """The graph's ``after_cut`` hook that puts the queue of ``queue_source``, bound to the
+    release's own ``KVCacheBlock``, into ``kv_cache_utils`` (kept in ``holder``)."""
+
+    def swap(name: str, utils: types.ModuleType, cut: Cut) -> None:
+        if name != UTILS_MODULE:
+            return
+        text, line = cut.segments.get(BLOCK_CLASS, ("", 0))
+        member = texts.members.get("vllm/v1/core/kv_cache_utils.py")
+        block_src = ClassSource(
+            source=base,
+            path=member.where if member else base,
+            class_name=BLOCK_CLASS,
+            text=text,
+            vllm_version=texts.vllm_version,
+            file_sha256=member.sha256 if member else "",
+            first_line=line,
+        )
+        try:
+            queue = load_variant(queue_source, (utils.__dict__[BLOCK_CLASS], block_src))
+        except SourceError as exc:
+            raise LoadError(f"queue {queue_source}: {exc}") from None
+        utils.__dict__[QUEUE_CLASS] = queue.queue_cls
+        holder["queue"] = queue
+
+    return swap
