@@ -313,8 +313,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         args.subject = bench.subject
     if not sources:
         raise BenchInputError("give at least one SOURCE (or --from-env)")
-    if args.subject == schema.SUBJECT_POOL:
-        return _validate_pools(sources, args)
+    if args.subject != schema.SUBJECT_QUEUE:
+        return _validate_stacks(sources, args)
     try:
         variants = loader.load_variants(
             sources, block_source=block_source or None, block_mode=args.block_mode
@@ -353,36 +353,42 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _validate_pools(sources: list[str], args: argparse.Namespace) -> int:
-    """``validate --subject pool``: the pool gate (:mod:`kvqueue.gate.pool_gate`) of
-    every pool source against the first, at ``--sizes``."""
+def _validate_stacks(sources: list[str], args: argparse.Namespace) -> int:
+    """``validate --subject pool|manager``: the gate of a stack subject
+    (:mod:`kvqueue.gate.pool_gate`, :mod:`kvqueue.gate.manager_gate`) of every source
+    against the first (a pool at ``--sizes``)."""
     import json
 
     from kvqueue import schema
-    from kvqueue.gate import pool_gate
-    from kvqueue.sources import pool_loader
+    from kvqueue.gate import manager_gate, pool_gate
+    from kvqueue.measure import stack_layout
 
-    labels = schema.variant_labels(sources, schema.POOL_LABEL_PREFIX)
+    subject = args.subject
+    kind = stack_layout.KINDS[subject]
+    labels = schema.variant_labels(sources, schema.SUBJECT_LABEL_PREFIX[subject])
     try:
-        variants = [
-            pool_loader.load_pool(s, label) for s, label in zip(sources, labels, strict=True)
-        ]
-    except pool_loader.PoolSourceError as exc:
+        variants = [kind.load(s, label) for s, label in zip(sources, labels, strict=True)]
+    except kind.errors as exc:
         raise BenchInputError(str(exc)) from None
-    records = pool_gate.gate_records(variants, args.sizes)
-    if args.json:
-        print(
-            json.dumps(
-                {"seed": pool_gate.DEFAULT_SEED, "sizes": list(args.sizes), "results": records}
-            )
-        )
+    if subject == schema.SUBJECT_POOL:
+        records = pool_gate.gate_records(variants, args.sizes)
+        seed, sizes, unit = pool_gate.DEFAULT_SEED, list(args.sizes), "calls"
     else:
-        print(f"pool gate: baseline {labels[0]}, under {sys.executable} ({sys.version.split()[0]})")
+        differences = "record" if args.invalid_ops == "record" else "refuse"
+        records = manager_gate.gate_records(variants, differences)
+        seed, sizes, unit = manager_gate.DEFAULT_SEED, [manager_gate.GATE_POOL], "steps"
+    if args.json:
+        print(json.dumps({"seed": seed, "sizes": sizes, "results": records}))
+    else:
+        print(
+            f"{subject} gate: baseline {labels[0]}, under {sys.executable} "
+            f"({sys.version.split()[0]})"
+        )
         for r in records:
             named = f", named differences {', '.join(r['differences'])}" if r["differences"] else ""
             print(
-                f"  {'PASS' if r['ok'] else 'FAIL'} {r['label']}: {r['ops_checked']:,} calls at "
-                f"{' '.join(map(str, args.sizes))} blocks{named}"
+                f"  {'PASS' if r['ok'] else 'FAIL'} {r['label']}: {r['ops_checked']:,} {unit} at "
+                f"{' '.join(map(str, sizes))} blocks{named}"
             )
             if r["error"]:
                 print("      " + r["error"])
@@ -444,10 +450,11 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--subject",
-        choices=("queue", "pool"),
+        choices=("queue", "pool", "manager"),
         default="queue",
         help="queue: the queue gate; pool: the sources are BlockPool sources, gated call by "
-        "call against the first (kvqueue.gate.pool_gate)",
+        "call against the first (kvqueue.gate.pool_gate); manager: KVCacheManager sources, "
+        "gated step by step through a scheduler trace (kvqueue.gate.manager_gate)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _add_from_env(

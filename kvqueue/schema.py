@@ -143,16 +143,30 @@ RUN_KEYS_V2 = (
 
 CASES = ("alloc1", "alloc2", "alloc8", "alloc32", "mix", "popappend", "remove")
 CONFIRM_CASES = ("alloc1", "alloc2", "remove")
-#: What a run measures (``parameters.subject``): vLLM's free-block queue, or its
-#: ``BlockPool`` (the allocation path that drives the queue).
-SUBJECT_QUEUE, SUBJECT_POOL = "queue", "pool"
-SUBJECTS = (SUBJECT_QUEUE, SUBJECT_POOL)
+#: What a run measures (``parameters.subject``): vLLM's free-block queue, its
+#: ``BlockPool`` (the allocation path that drives the queue), or the scheduler's
+#: ``KVCacheManager`` stack (manager → coordinator → single-type manager → pool → queue).
+SUBJECT_QUEUE, SUBJECT_POOL, SUBJECT_MANAGER = "queue", "pool", "manager"
+SUBJECTS = (SUBJECT_QUEUE, SUBJECT_POOL, SUBJECT_MANAGER)
 #: The pool subject's cases (:mod:`kvqueue.subjects.pool_cases`): vLLM's own benchmark
 #: loop at its five sizes, and a prefix-caching churn of whole requests.
 POOL_CASES = ("loop10", "loop50", "loop100", "loop500", "loop1000", "churn")
 POOL_CONFIRM_CASES = ("loop100", "churn")
-#: Every case of either subject, in table order (a samples.csv holds cases of these).
-ALL_CASES = (*CASES, *POOL_CASES)
+#: The manager subject's cases (:mod:`kvqueue.subjects.manager_cases`): one request of N
+#: blocks admitted and freed with no hit, at the sizes of vLLM PR #21005's claim, and one
+#: step of a serving-shaped stream.
+MANAGER_CASES = ("sweep10", "sweep30", "sweep100", "sweep300", "sweep1000", "stream")
+MANAGER_CONFIRM_CASES = ("sweep100", "stream")
+#: Every case of every subject, in table order (a samples.csv holds cases of these).
+ALL_CASES = (*CASES, *POOL_CASES, *MANAGER_CASES)
+#: Each subject's cases, and the label prefix of its variants (a pool of ``vllm==0.33.0``,
+#: that release's manager and its queue are three subjects, never one comparison).
+SUBJECT_CASES = {SUBJECT_QUEUE: CASES, SUBJECT_POOL: POOL_CASES, SUBJECT_MANAGER: MANAGER_CASES}
+SUBJECT_CONFIRM_CASES = {
+    SUBJECT_QUEUE: CONFIRM_CASES,
+    SUBJECT_POOL: POOL_CONFIRM_CASES,
+    SUBJECT_MANAGER: MANAGER_CONFIRM_CASES,
+}
 POOLS = (2048, 100_000)
 #: Smallest pool a bench accepts and the gate checks: ``alloc32`` pops 32 blocks, and
 #: ``remove`` needs interior blocks.
@@ -242,6 +256,13 @@ def split_name(text: str) -> tuple[str | None, str]:
 #: What a pool variant's label starts with: a pool of ``vllm==0.33.0`` and that
 #: release's queue are two subjects, never one comparison in the report.
 POOL_LABEL_PREFIX = "pool:"
+#: What a manager variant's label starts with.
+MANAGER_LABEL_PREFIX = "manager:"
+SUBJECT_LABEL_PREFIX = {
+    SUBJECT_QUEUE: "",
+    SUBJECT_POOL: POOL_LABEL_PREFIX,
+    SUBJECT_MANAGER: MANAGER_LABEL_PREFIX,
+}
 
 
 def is_pool_label(label: object) -> bool:

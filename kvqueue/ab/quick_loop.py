@@ -30,8 +30,9 @@ _CELL = ("case", "pool")
 def quick_params(given: dict[str, Any]) -> BenchParams:
     """Checked parameters of a quick loop: the quick defaults under what was given."""
     defaults = dict(bench_params.QUICK_LOOP_DEFAULTS)
-    if given.get("subject") == schema.SUBJECT_POOL:
-        defaults.update(cases=bench_params.QUICK_POOL_CASES)
+    cases = bench_params.QUICK_SUBJECT_CASES.get(str(given.get("subject")))
+    if cases is not None:
+        defaults.update(cases=cases)
     return bench_params.make_params(**{"host": "quick", **defaults, **given})
 
 

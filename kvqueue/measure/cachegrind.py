@@ -55,9 +55,9 @@ from typing import Any, TextIO
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.kernel import remove_dead_entries, stop_signals
-from kvqueue.measure import child, timing_worker
+from kvqueue.measure import child, stack_layout, timing_worker
 from kvqueue.sources import cache_paths
-from kvqueue.subjects import pool_cases, queue_cases
+from kvqueue.subjects import queue_cases
 
 #: Operations each cell is warmed up by before anything is counted: CPython 3.11+
 #: specializes a function's bytecode after a few executions; 2,000 operations cover it.
@@ -139,11 +139,12 @@ def target_loops(
     case: str, pool: int, target_ops: int | None = None, subject: str = "queue"
 ) -> int:
     """Loops of a target run: at least ``target_ops`` operations (at least 1 loop);
-    by default :data:`TARGET_OPS` of a queue case, or the pool case's own
-    (:func:`kvqueue.subjects.pool_cases.target_ops`)."""
-    if subject == schema.SUBJECT_POOL:
-        ops = target_ops or pool_cases.target_ops(case)
-        return max(1, -(-ops // pool_cases.ops_per_loop(case, pool)))
+    by default :data:`TARGET_OPS` of a queue case, or a stack subject's case's own
+    (``target_ops`` of :mod:`kvqueue.subjects.pool_cases` or ``manager_cases``)."""
+    kind = stack_layout.KINDS.get(subject)
+    if kind is not None:
+        ops = target_ops or kind.cases.target_ops(case)
+        return max(1, -(-ops // kind.cases.ops_per_loop(case, pool)))
     return max(1, -(-(target_ops or TARGET_OPS) // queue_cases.ops_per_loop(case, pool)))
 
 

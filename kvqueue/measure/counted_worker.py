@@ -39,7 +39,6 @@ from typing import Any
 
 from kvqueue.measure import child, timing_worker
 from kvqueue.sources import loader
-from kvqueue.subjects import pool_cases
 
 
 def warm_loops(case: str, pool: int, warmup_ops: int, spec: dict[str, Any] | None = None) -> int:
@@ -47,8 +46,9 @@ def warm_loops(case: str, pool: int, warmup_ops: int, spec: dict[str, Any] | Non
     pool case (``spec``'s subject) is warmed up by its own count
     (:func:`kvqueue.subjects.pool_cases.warmup_ops`)."""
     spec = spec or {}
-    if timing_worker.is_pool(spec):
-        warmup_ops = pool_cases.warmup_ops(case)
+    kind = timing_worker.stack_kind(spec)
+    if kind is not None:
+        warmup_ops = kind.cases.warmup_ops(case)
     per_loop = timing_worker.ops_per_loop(spec, case, pool)
     return max(1, -(-warmup_ops // per_loop))
 

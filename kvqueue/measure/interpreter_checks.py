@@ -19,10 +19,10 @@ from typing import Any
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchInputError
-from kvqueue.measure import machine_lock
+from kvqueue.measure import machine_lock, stack_layout
 from kvqueue.params.bench_params import BenchParams, Checked, check_values
-from kvqueue.sources import loader, pool_loader
-from kvqueue.subjects import pool_api, pool_cases, queue_cases
+from kvqueue.sources import loader
+from kvqueue.subjects import queue_cases
 
 MIN_PYTHON = (3, 10)
 
@@ -103,16 +103,17 @@ def check_sources(p: BenchParams) -> None:
     Loading (not just reading) catches a class that lacks a queue method up front.
     """
     cases = tuple(dict.fromkeys([*p.cases, *p.confirm_cases]))
-    if p.subject == schema.SUBJECT_POOL:
+    kind = stack_layout.KINDS.get(p.subject)
+    if kind is not None:
         for case in cases:
-            least = pool_cases.smallest_pool(case)
+            least = kind.cases.smallest_pool(case)
             small = [pool for pool in p.pools if pool < least]
             if small:
                 raise BenchInputError(
                     f"case {case} needs pools of at least {least:,} blocks, got {small[0]:,}"
                 )
         for source in p.variants:
-            check_pool_source(source)
+            check_stack_source(source, p.subject)
         return
     for source in p.variants:
         if p.block_mode == "own":
@@ -162,19 +163,20 @@ def check_source(
     return variant
 
 
-def check_pool_source(source: str) -> pool_loader.PoolVariant:
-    """Load one pool source (fetching a release's members) and read its API: a release
-    or branch that cannot be loaded or called is refused in one line naming the import
-    or signature that failed.
+def check_stack_source(source: str, subject: str = schema.SUBJECT_POOL) -> Any:
+    """Load one source of a stack subject (a pool, a manager; fetching a release's
+    members) and read its API: a release or branch that cannot be loaded or called is
+    refused in one line naming the import or signature that failed.
 
     Raises
     ------
     BenchInputError
         The source does not resolve or load, or its API is not one the adapter knows.
     """
+    kind = stack_layout.KINDS[subject]
     try:
-        variant = pool_loader.load_pool(source)
-        pool_api.pool_api(variant.pool_cls, variant.utils)
-    except (pool_loader.PoolSourceError, pool_api.PoolAPIError, loader.SourceError) as exc:
-        raise BenchInputError(f"pool variant '{source}': {exc}") from None
+        variant = kind.load(source, source)
+        kind.api(variant)
+    except kind.errors as exc:
+        raise BenchInputError(f"{subject} variant '{source}': {exc}") from None
     return variant

@@ -193,10 +193,11 @@ def run_gate(
     for result in report["results"]:
         status = "PASS" if result["ok"] else "FAIL"
         sized = result.get("size_ops_checked", 0)
-        if result.get("subject") == schema.SUBJECT_POOL:
+        if result.get("subject") in (schema.SUBJECT_POOL, schema.SUBJECT_MANAGER):
             named = ", ".join(result.get("differences") or ()) or "none"
+            unit = "calls" if result["subject"] == schema.SUBJECT_POOL else "scheduler steps"
             summary = (
-                f"gate {status} {result['label']}: {result['ops_checked']:,} calls compared "
+                f"gate {status} {result['label']}: {result['ops_checked']:,} {unit} compared "
                 f"at {' '.join(map(str, result.get('sizes') or [])) or 'no size passed'} "
                 f"blocks, named differences: {named}, sha256 {result['sha256'][:16]}"
             )

@@ -28,9 +28,9 @@ import time
 from functools import partial
 from typing import Any
 
-from kvqueue.measure import child, pool_layout
+from kvqueue.measure import child, stack_layout
 from kvqueue.sources import loader
-from kvqueue.subjects import pool_cases, queue_cases
+from kvqueue.subjects import queue_cases
 
 #: Heap padding of this process (:func:`heap_padding`): objects allocated only to shift
 #: where the next hot objects land, kept alive on purpose until the process ends. Every
@@ -359,24 +359,26 @@ class Layout:
                 self.runners[(case, pool)] = runners
 
 
-def is_pool(spec: dict[str, Any]) -> bool:
-    """Whether the spec times the pool subject (vLLM's ``BlockPool``), not the queue."""
-    return spec.get("subject", "queue") == "pool"
+def stack_kind(spec: dict[str, Any]) -> stack_layout.StackKind | None:
+    """The spec's stack subject (vLLM's ``BlockPool`` or ``KVCacheManager``), or None for
+    the queue."""
+    return stack_layout.KINDS.get(spec.get("subject", "queue"))
 
 
 def ops_per_loop(spec: dict[str, Any], case: str, pool: int) -> int:
     """Operations per loop of ``case`` in the spec's subject."""
-    if is_pool(spec):
-        return pool_cases.ops_per_loop(case, pool)
+    kind = stack_kind(spec)
+    if kind is not None:
+        return int(kind.cases.ops_per_loop(case, pool))
     return queue_cases.ops_per_loop(case, pool)
 
 
 def new_layout(spec: dict[str, Any], rng: random.Random, previous: Any = None) -> Any:
     """The next layout of a process: a :class:`Layout` of queues (reusing ``previous``'s
     blocks unless the spec rebuilds its pools), or a whole new pool-subject layout
-    (:class:`kvqueue.measure.pool_layout.PoolLayout`: a pool's blocks are its own)."""
-    if is_pool(spec):
-        return pool_layout.PoolLayout(spec, rng, lambda: LAYOUT_PADDING.append(heap_padding(rng)))
+    (:class:`kvqueue.measure.stack_layout.StackLayout`: a pool's blocks are its own)."""
+    if stack_kind(spec) is not None:
+        return stack_layout.StackLayout(spec, rng, lambda: LAYOUT_PADDING.append(heap_padding(rng)))
     if previous is None or bool(spec.get("epoch_pools", False)):
         return Layout(spec, rng)
     return Layout(
@@ -431,7 +433,7 @@ def run_process(spec: dict[str, Any]) -> dict[str, Any]:
         for epoch, epoch_samples in enumerate(rounds):
             t0 = time.perf_counter()
             previous = layout
-            if rebuild_pools or is_pool(spec):
+            if rebuild_pools or stack_kind(spec) is not None:
                 layout = previous = None  # the old objects go before the new ones are made
             layout = new_layout(spec, rng, previous)
             # One collection per layout, not per cell: with 100,000-block pools a

@@ -118,7 +118,9 @@ class BenchParams:
         schema.SUBJECT_QUEUE,
         "SUBJECT",
         "what is measured: queue (FreeKVCacheBlockQueue) | pool (vLLM's BlockPool; VARIANTS "
-        "are pool sources: a release, a git ref or a file, with an optional queue swap)",
+        "are pool sources: a release, a git ref or a file, with an optional queue swap) | "
+        "manager (vLLM's KVCacheManager stack; VARIANTS are manager sources: a release from "
+        "0.9.0, a git ref or a checkout folder, with optional +queue= and +pool= swaps)",
     )
 
     @property
@@ -130,8 +132,8 @@ class BenchParams:
     def labels(self) -> list[str]:
         """Unique variant labels (the A/A copy is ``SOURCE#2``; a pool's starts with
         :data:`kvqueue.schema.POOL_LABEL_PREFIX`)."""
-        pool = self.subject == schema.SUBJECT_POOL
-        return schema.variant_labels(self.sources, schema.POOL_LABEL_PREFIX if pool else "")
+        prefix = schema.SUBJECT_LABEL_PREFIX.get(self.subject, "")
+        return schema.variant_labels(self.sources, prefix)
 
     def record(self) -> dict[str, Any]:
         """JSON-ready copy for ``run.json`` and the notebook (tuples become lists)."""
@@ -202,6 +204,20 @@ POOL_OVERRIDES: dict[str, Any] = {
     "confirm_cases": schema.POOL_CONFIRM_CASES,
 }
 QUICK_POOL_CASES = ("loop100", "churn")
+#: What SUBJECT=manager changes, unless given: the manager's cases, and its default
+#: variants: the release that took vLLM PRs #21005 and #21222, the one after, and the
+#: first with the second's queue alone (the share of the saving the queue explains).
+MANAGER_OVERRIDES: dict[str, Any] = {
+    "cases": schema.MANAGER_CASES,
+    "confirm_cases": schema.MANAGER_CONFIRM_CASES,
+    "variants": ("vllm==0.9.2", "vllm==0.10.0", "vllm==0.9.2+queue=vllm==0.10.0"),
+}
+QUICK_MANAGER_CASES = ("sweep10", "sweep30", "sweep100", "sweep300", "sweep1000")
+QUICK_SUBJECT_CASES = {
+    schema.SUBJECT_POOL: QUICK_POOL_CASES,
+    schema.SUBJECT_MANAGER: QUICK_MANAGER_CASES,
+}
+SUBJECT_OVERRIDES = {schema.SUBJECT_POOL: POOL_OVERRIDES, schema.SUBJECT_MANAGER: MANAGER_OVERRIDES}
 
 
 def bench_fields() -> list[Any]:
@@ -253,8 +269,7 @@ def make_params(**given: Any) -> BenchParams:
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
     if values.get("quick"):
         values = {**QUICK_OVERRIDES, **values}
-    if values.get("subject") == schema.SUBJECT_POOL:
-        values = {**POOL_OVERRIDES, **values}
+    values = {**SUBJECT_OVERRIDES.get(str(values.get("subject")), {}), **values}
     try:
         params = BenchParams(**values)
     except TypeError as exc:
@@ -386,7 +401,7 @@ def check_cases(p: BenchParams) -> None:
         raise BenchInputError(
             f"subject must be one of {' | '.join(schema.SUBJECTS)}, got {p.subject!r}"
         )
-    known = schema.POOL_CASES if p.subject == schema.SUBJECT_POOL else schema.CASES
+    known = schema.SUBJECT_CASES[p.subject]
     for name in ("cases", "confirm_cases"):
         chosen = getattr(p, name)
         unknown = [c for c in chosen if c not in known]
@@ -398,9 +413,9 @@ def check_cases(p: BenchParams) -> None:
         no_duplicates(name, chosen)
     if not p.cases:
         raise BenchInputError("cases is empty")
-    if p.subject == schema.SUBJECT_POOL and (p.block_source or p.block_mode != "shared"):
+    if p.subject != schema.SUBJECT_QUEUE and (p.block_source or p.block_mode != "shared"):
         raise BenchInputError(
-            "block_source and block_mode are the queue's: a BlockPool uses its own "
+            f"block_source and block_mode are the queue's: a {p.subject} uses its own "
             "release's KVCacheBlock"
         )
 

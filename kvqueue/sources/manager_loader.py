@@ -40,10 +40,22 @@ from typing import Any
 
 from kvqueue.schema import split_name
 from kvqueue.sources import stand_ins
-from kvqueue.sources.loader import BLOCK_CLASS, QUEUE_CLASS, ClassSource, SourceError, Variant
-from kvqueue.sources.loader import load_variant
-from kvqueue.sources.module_graph import Cut, Graph, LoadError, SourceTexts, read_members
-from kvqueue.sources.module_graph import sha256_text
+from kvqueue.sources.loader import (
+    BLOCK_CLASS,
+    QUEUE_CLASS,
+    ClassSource,
+    SourceError,
+    Variant,
+    load_variant,
+)
+from kvqueue.sources.module_graph import (
+    Cut,
+    Graph,
+    LoadError,
+    SourceTexts,
+    read_members,
+    sha256_text,
+)
 from kvqueue.sources.versions import is_version, version_key
 
 MANAGER_CLASS = "KVCacheManager"
@@ -262,7 +274,9 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
     )
 
 
-def _queue_swap(queue_source: str, base: str, texts: SourceTexts, holder: dict[str, Variant]) -> Any:
+def _queue_swap(
+    queue_source: str, base: str, texts: SourceTexts, holder: dict[str, Variant]
+) -> Any:
     """The graph's ``after_cut`` hook that puts the queue of ``queue_source``, bound to the
     release's own ``KVCacheBlock``, into ``kv_cache_utils`` (kept in ``holder``)."""
 

@@ -382,9 +382,9 @@ def imported_names(tree: ast.Module) -> dict[str, list[str]]:
     included (a name imported inside a function must be there when it runs)."""
     out: dict[str, list[str]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] == "vllm":
-                out.setdefault(node.module, []).extend(a.name for a in node.names)
+        vllm = isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+        if vllm and str(node.module).split(".")[0] == "vllm":
+            out.setdefault(str(node.module), []).extend(a.name for a in node.names)
     return out
 
 
@@ -584,7 +584,9 @@ class Graph:
             "whole": [self.members[n].path for n in whole],
             "cut": {self.members[n].path: list(self.cuts[n].names) for n in sorted(self.cuts)},
             "stubbed": sorted(self.stubbed),
-            "stood_in": sorted(n for n in self.built if n in self.stand_ins and n not in self.members),
+            "stood_in": sorted(
+                n for n in self.built if n in self.stand_ins and n not in self.members
+            ),
             "member_sha256": {m.path: m.sha256 for m in self.members.values()},
         }
 
