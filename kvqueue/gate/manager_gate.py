@@ -166,7 +166,7 @@ def first_difference(expected: list[Snapshot], got: list[Snapshot]) -> str | Non
 
 
 def _first_item(a: tuple[Any, ...], b: tuple[Any, ...]) -> str:
-    for k, (x, y) in enumerate(zip(a, b)):
+    for k, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"item {k} {_short(x)}, got {_short(y)}"
     return f"{len(a)} items, got {len(b)}"

@@ -288,7 +288,9 @@ def _parse(text: str, where: str) -> ast.Module:
         raise LoadError(f"syntax error in {where} line {exc.lineno}: {exc.msg}") from None
 
 
-def cut_definitions(text: str, wanted: list[str], where: str, importer: str) -> Cut:
+def cut_definitions(
+    text: str, wanted: list[str], where: str, importer: str, tree: ast.Module | None = None
+) -> Cut:
     """Cut from a module the definitions ``wanted`` needs, transitively.
 
     Parameters
@@ -301,6 +303,8 @@ def cut_definitions(text: str, wanted: list[str], where: str, importer: str) -> 
         The file's location, for messages and tracebacks.
     importer
         Who imports them, for the message when one is missing.
+    tree
+        The text parsed, if it already was.
 
     Returns
     -------
@@ -311,7 +315,7 @@ def cut_definitions(text: str, wanted: list[str], where: str, importer: str) -> 
     LoadError
         A syntax error, or a wanted name the file does not define.
     """
-    tree = _parse(text, where)
+    tree = tree if tree is not None else _parse(text, where)
     defs: dict[str, list[ast.stmt]] = {}
     imports: dict[str, tuple[str, str | None]] = {}
     stdlib_imports: list[ast.stmt] = []
@@ -444,7 +448,9 @@ class Graph:
             for name in sorted(self.cut & set(self.members)):
                 member = self.members[name]
                 wanted = sorted(self._wanted.get(name, ()))
-                cut = cut_definitions(member.text, wanted, member.where, "the loaded code")
+                cut = cut_definitions(
+                    member.text, wanted, member.where, "the loaded code", trees[name]
+                )
                 self.cuts[name] = cut
                 for module, attr in cut.imports.values():
                     if attr is not None and module in self.cut:
