@@ -61,9 +61,13 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
         _, rows = counts_run.count_rows(checked, sizes=extra, what="make quick")
         counted = count_figures.per_op(rows)
         pairs = [(label, p.labels[0]) for label in p.labels[1:]]
-        text = format_counts(count_figures.table(counted, pairs), checked, time.monotonic() - start)
+        table = count_figures.table(counted, pairs)
+        text = format_counts(table, checked, time.monotonic() - start)
         print(text, file=out)
-        return pd.DataFrame(count_figures.table(counted, pairs))
+        shares = count_figures.swap_shares(table, p.labels[0])
+        if shares:
+            print(format_shares(shares), file=out)
+        return pd.DataFrame(table)
     with machine_lock.hold("make quick"):
         gate = runner.run_gate(p, sizes=extra)
         expected = {g["label"]: g["sha256"] for g in gate}
@@ -127,6 +131,38 @@ def format_table(table: pd.DataFrame, checked: Checked, seconds: float) -> str:
                 ci,
                 r.n_processes,
                 r.verdict,
+            )
+        )
+    return "\n".join(lines)
+
+
+def format_shares(shares: list[dict[str, Any]]) -> str:
+    """The saving per block of each whole candidate and of each component swap, and the
+    share of the first that the swap explains (:func:`count_figures.swap_shares`)."""
+    head = (
+        "saving per block (instructions; + = fewer than the baseline) and the share of a "
+        "whole candidate's saving that swapping one part explains"
+    )
+    fmt = "{:<10} {:>8}  {:<28} {:>14}  {:<28} {:>14} {:>8}"
+    lines = [
+        head,
+        fmt.format("case", "pool", "whole", "saving/block", "swap", "saving/block", "share"),
+    ]
+
+    def per_block(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:+,.1f}"
+
+    ordered = sorted(shares, key=lambda r: (count_figures.case_blocks(r["case"]) or 0, r["case"]))
+    for r in ordered:
+        lines.append(
+            fmt.format(
+                r["case"],
+                f"{r['pool']:,}",
+                str(r["whole"])[:28],
+                per_block(r["whole_saving_per_block"]),
+                str(r["swap"])[:28],
+                per_block(r["swap_saving_per_block"]),
+                "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
             )
         )
     return "\n".join(lines)

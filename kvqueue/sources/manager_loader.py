@@ -59,9 +59,10 @@ from kvqueue.sources.module_graph import (
 from kvqueue.sources.versions import is_version, version_key
 
 MANAGER_CLASS = "KVCacheManager"
-#: The oldest release whose manager this loader drives. 0.9.0 split the manager into a
-#: coordinator and single-type managers; 0.8.x has neither ``kv_cache_coordinator.py``
-#: nor the ``KVCacheBlocks`` return type the adapter reads (docs/appendix-manager.md).
+#: The oldest release whose manager this loader drives, found by running each: 0.8.5's
+#: ``allocate_slots`` takes ``(request, num_tokens, new_computed_blocks)``, not the
+#: ``num_new_tokens`` / ``num_new_computed_tokens`` keywords every release from 0.9.0 on
+#: takes, and 0.8.0 and older have no ``KVCacheGroupSpec`` to build a config from.
 FIRST_RELEASE = "0.9.0"
 MANAGER_MODULE = "vllm.v1.core.kv_cache_manager"
 POOL_MEMBER = "vllm/v1/core/block_pool.py"
@@ -211,8 +212,8 @@ def _check_release(source: str, what: str) -> None:
         version = source[len("vllm==") :]
         if is_version(version) and version_key(version) < version_key(FIRST_RELEASE):
             raise ManagerSourceError(
-                f"{source}: {what} subjects start at vLLM {FIRST_RELEASE} (older releases "
-                "have no kv_cache_coordinator.py: one manager class this loader does not adapt)"
+                f"{source}: {what} subjects start at vLLM {FIRST_RELEASE} (older managers "
+                "take allocate_slots(request, num_tokens, ...), an API this adapter does not call)"
             )
     if source in ("kvqueue", "kvqueue:floor"):
         raise ManagerSourceError(

@@ -186,6 +186,70 @@ class CountRun:
         return f"{py.get('implementation', 'Python')} {py.get('version', '?')}"
 
 
+#: The part of a stack variant's source that swaps one component into its release.
+SWAP_MARKS = ("+queue=", "+pool=")
+
+
+def case_blocks(case: str) -> int | None:
+    """Blocks one operation of a case allocates and frees, where that is fixed: N of the
+    manager's ``sweepN`` and of the pool's ``loopN`` (None for any other case)."""
+    for prefix in ("sweep", "loop"):
+        digits = case[len(prefix) :]
+        if case.startswith(prefix) and digits.isdigit():
+            return int(digits)
+    return None
+
+
+def swap_shares(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """What each component swap explains of each whole candidate's saving, per cell.
+
+    A *swap* is a candidate whose label is the baseline's with ``+queue=`` or ``+pool=``
+    after it (``manager:vllm==0.9.2+queue=vllm==0.10.0``): the baseline's stack with one
+    part changed. Its saving over the baseline, divided by a whole candidate's (any other
+    candidate: ``manager:vllm==0.10.0``), is the share of that saving the part explains.
+
+    Parameters
+    ----------
+    rows
+        :func:`table`'s rows (case, pool, candidate, baseline, candidate_instructions,
+        baseline_instructions).
+    baseline
+        The baseline's label.
+
+    Returns
+    -------
+    list of dict
+        Per case × pool × swap × whole candidate: ``saving_per_block`` of each
+        (instructions, None when the case has no fixed block count) and ``share`` (the
+        swap's saving over the whole's; None when the whole saves nothing).
+    """
+    swaps = [
+        r for r in rows if any(str(r["candidate"]).startswith(baseline + m) for m in SWAP_MARKS)
+    ]
+    wholes = [r for r in rows if r not in swaps]
+    out = []
+    for swap in swaps:
+        for whole in wholes:
+            if (whole["case"], whole["pool"]) != (swap["case"], swap["pool"]):
+                continue
+            base = float(swap["baseline_instructions"])
+            part = base - float(swap["candidate_instructions"])
+            full = base - float(whole["candidate_instructions"])
+            blocks = case_blocks(str(swap["case"]))
+            out.append(
+                {
+                    "case": swap["case"],
+                    "pool": swap["pool"],
+                    "swap": swap["candidate"],
+                    "whole": whole["candidate"],
+                    "swap_saving_per_block": None if blocks is None else part / blocks,
+                    "whole_saving_per_block": None if blocks is None else full / blocks,
+                    "share": part / full if full else None,
+                }
+            )
+    return out
+
+
 def read_count_run(
     run_dir: Path, meta: dict[str, Any], recorded: Mapping[str, bytes] | None = None
 ) -> CountRun | str:
