@@ -351,14 +351,24 @@ class _Run:
 
 
 def _walk(pool: Any, limit: int) -> tuple[list[int], list[int]]:
-    """Queue ids from the head forwards and from the tail backwards (cycle-safe)."""
+    """Queue ids from the head forwards and from the tail backwards (cycle-safe).
+
+    A queue with sentinels (0.10.0 on: ``fake_free_list_head``/``_tail``) is walked
+    between them; a 0.9.x queue from its first and last real blocks (``free_list_head``/
+    ``_tail``, None when empty), whose outer links are None.
+    """
     queue = pool.free_block_queue
-    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-    forward, node = [], head.next_free_block
+    if hasattr(queue, "fake_free_list_head"):
+        head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+        first, last = head.next_free_block, tail.prev_free_block
+    else:
+        head = tail = None
+        first, last = queue.free_list_head, queue.free_list_tail
+    forward, node = [], first
     while node is not None and node is not tail and len(forward) <= limit:
         forward.append(node.block_id)
         node = node.next_free_block
-    backward, node = [], tail.prev_free_block
+    backward, node = [], last
     while node is not None and node is not head and len(backward) <= limit:
         backward.append(node.block_id)
         node = node.prev_free_block

@@ -40,19 +40,13 @@ from typing import Any
 
 from kvqueue.schema import split_name
 from kvqueue.sources import stand_ins
-from kvqueue.sources.loader import (
-    BLOCK_CLASS,
-    QUEUE_CLASS,
-    ClassSource,
-    SourceError,
-    Variant,
-    load_variant,
-)
+from kvqueue.sources.loader import Variant
 from kvqueue.sources.module_graph import (
-    Cut,
+    UTILS_MODULE,
     Graph,
     LoadError,
     SourceTexts,
+    queue_swap,
     read_members,
     sha256_text,
 )
@@ -66,7 +60,6 @@ MANAGER_CLASS = "KVCacheManager"
 FIRST_RELEASE = "0.9.0"
 MANAGER_MODULE = "vllm.v1.core.kv_cache_manager"
 POOL_MEMBER = "vllm/v1/core/block_pool.py"
-UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
 #: What a manager reads of a source, in fetch order; only the first is required (a
 #: release lacks the files that came later, e.g. ``token_buffer.py`` before 0.33).
 MEMBERS = (
@@ -257,7 +250,7 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
         after_cut = None
         queue_source = swaps.get("queue")
         if queue_source is not None:
-            after_cut = _queue_swap(queue_source, base, texts, holder)
+            after_cut = queue_swap(queue_source, base, texts, holder)
         graph = Graph(members, CUT, stand_ins.stub_table(), after_cut=after_cut, harness=HARNESS)
         module = graph.module(MANAGER_MODULE)
     except LoadError as exc:
@@ -273,33 +266,3 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
         pool_source=swaps.get("pool"),
         swapped=swaps,
     )
-
-
-def _queue_swap(
-    queue_source: str, base: str, texts: SourceTexts, holder: dict[str, Variant]
-) -> Any:
-    """The graph's ``after_cut`` hook that puts the queue of ``queue_source``, bound to the
-    release's own ``KVCacheBlock``, into ``kv_cache_utils`` (kept in ``holder``)."""
-
-    def swap(name: str, utils: types.ModuleType, cut: Cut) -> None:
-        if name != UTILS_MODULE:
-            return
-        text, line = cut.segments.get(BLOCK_CLASS, ("", 0))
-        member = texts.members.get("vllm/v1/core/kv_cache_utils.py")
-        block_src = ClassSource(
-            source=base,
-            path=member.where if member else base,
-            class_name=BLOCK_CLASS,
-            text=text,
-            vllm_version=texts.vllm_version,
-            file_sha256=member.sha256 if member else "",
-            first_line=line,
-        )
-        try:
-            queue = load_variant(queue_source, (utils.__dict__[BLOCK_CLASS], block_src))
-        except SourceError as exc:
-            raise LoadError(f"queue {queue_source}: {exc}") from None
-        utils.__dict__[QUEUE_CLASS] = queue.queue_cls
-        holder["queue"] = queue
-
-    return swap

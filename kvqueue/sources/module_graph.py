@@ -42,7 +42,16 @@ from typing import Any
 
 from kvqueue.sources import stand_ins
 from kvqueue.sources.fetch_errors import FetchError
-from kvqueue.sources.loader import SourceError, git_commit, git_show
+from kvqueue.sources.loader import (
+    BLOCK_CLASS,
+    QUEUE_CLASS,
+    ClassSource,
+    SourceError,
+    Variant,
+    git_commit,
+    git_show,
+    load_variant,
+)
 from kvqueue.sources.release_fetch import fetch_members
 
 _LAZY_ANNOTATIONS = __future__.annotations.compiler_flag
@@ -607,3 +616,57 @@ class Graph:
             elif name in self.members:
                 parts.append(f"{name}\0{self.members[name].text}")
         return sha256_text("\0\0".join(parts))
+
+
+UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
+UTILS_MEMBER = "vllm/v1/core/kv_cache_utils.py"
+
+
+def queue_swap(
+    queue_source: str,
+    base: str,
+    texts: SourceTexts,
+    holder: dict[str, Variant],
+    calls: tuple[str, ...] = (),
+) -> Callable[[str, types.ModuleType, Cut], None]:
+    """A :class:`Graph` ``after_cut`` hook that swaps a queue into ``kv_cache_utils``.
+
+    The queue class of ``queue_source`` (any queue source) is bound to the release's own
+    ``KVCacheBlock`` (recorded with its text) and replaces ``FreeKVCacheBlockQueue``
+    before anything imports it, so the pool links, pops and removes through it; the
+    loaded queue is kept in ``holder["queue"]``.
+
+    Raises (when the hook runs)
+    ---------------------------
+    LoadError
+        The queue cannot be loaded, or lacks one of ``calls`` (the methods the pool calls
+        on its queue).
+    """
+
+    def swap(name: str, utils: types.ModuleType, cut: Cut) -> None:
+        if name != UTILS_MODULE:
+            return
+        text, line = cut.segments.get(BLOCK_CLASS, ("", 0))
+        member = texts.members.get(UTILS_MEMBER)
+        block_src = ClassSource(
+            source=base,
+            path=member.where if member else base,
+            class_name=BLOCK_CLASS,
+            text=text,
+            vllm_version=texts.vllm_version,
+            file_sha256=member.sha256 if member else "",
+            first_line=line,
+        )
+        try:
+            queue = load_variant(queue_source, (utils.__dict__[BLOCK_CLASS], block_src))
+        except SourceError as exc:
+            raise LoadError(f"queue {queue_source}: {exc}") from None
+        lacking = [m for m in calls if not callable(getattr(queue.queue_cls, m, None))]
+        if lacking:
+            raise LoadError(
+                f"queue {queue_source} lacks {', '.join(lacking)}, which the pool of {base} calls"
+            )
+        utils.__dict__[QUEUE_CLASS] = queue.queue_cls
+        holder["queue"] = queue
+
+    return swap

@@ -3,7 +3,7 @@
 Pool sources (docs/appendix-pool.md):
 
 =================================  =====================================================
-``vllm==0.33.0``                   that release's ``vllm/v1/core/block_pool.py`` (0.10.0 on)
+``vllm==0.33.0``                   that release's ``vllm/v1/core/block_pool.py`` (0.9.0 on)
 ``git:REPO@REF``                   ``block_pool.py`` and ``kv_cache_utils.py`` at REF
 ``path/to/block_pool.py``          a file, with ``kv_cache_utils.py`` beside it
 ``POOL+queue=QUEUE``               the pool of POOL running the queue class of QUEUE (any
@@ -13,21 +13,17 @@ Pool sources (docs/appendix-pool.md):
 Any source may start with ``NAME=`` (the label). ``kv_cache_metrics.py`` is read beside
 the pool when the release has it (0.18.0 on).
 
-``block_pool.py`` is compiled byte for byte (``dont_inherit=True``: this module's
-``from __future__ import annotations`` must not leak into vLLM's code, whose annotations
-are evaluated at definition time) into a fresh module whose ``vllm.*`` imports are
-answered from a private table (:mod:`kvqueue.sources.stand_ins`), never from
-``sys.modules``. ``vllm.v1.core.kv_cache_utils`` in that table is the release's own file,
-cut by ``ast``: the names ``block_pool.py`` imports from it (``KVCacheBlock``,
+The pool is :mod:`kvqueue.sources.module_graph` rooted at ``block_pool.py``, the loader
+every subject uses: ``block_pool.py`` and ``kv_cache_metrics.py`` are executed byte for
+byte; ``kv_cache_utils.py`` is cut to the names the pool imports (``KVCacheBlock``,
 ``FreeKVCacheBlockQueue``, the ``BlockHash`` types and helpers) and every top-level
-definition they use, with the file's standard-library imports; a vLLM name one of them
-imports is a stand-in or, if used only inside a function, a placeholder that raises when
-used. Those extracts are compiled with lazy annotations: their annotations name vLLM types
-(``VllmConfig``, ``KVCacheSpec``) that the pool never uses and nothing stands in for.
-``kv_cache_metrics.py`` (standard library only) is executed byte for byte.
+definition they use, as are the helpers a release or branch has beside it
+(``vllm/utils``'s ``sha256`` for 0.9.x, ``gc_utils`` from 0.34.0, the eviction event of
+``v1/metrics/stats.py``). Every other vLLM name is a stand-in or a placeholder that
+refuses the variant when reached (:mod:`kvqueue.sources.stand_ins`).
 
 A queue swap binds the other queue class to the release's own ``KVCacheBlock``
-(:func:`kvqueue.sources.loader.load_variant`) and puts it into the table as
+(:func:`kvqueue.sources.module_graph.queue_swap`) and puts it into ``kv_cache_utils`` as
 ``FreeKVCacheBlockQueue``, so the pool links, pops and removes through it; a queue that
 lacks a method the pool calls is refused.
 
@@ -38,13 +34,10 @@ Standard library only (the gate and the workers run this under the measured inte
 """
 
 from __future__ import annotations
-import __future__
 
 import ast
 import hashlib
 import json
-import sys
-import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,12 +49,19 @@ from kvqueue.sources.fetch_errors import FetchError
 from kvqueue.sources.loader import (
     BLOCK_CLASS,
     QUEUE_CLASS,
-    ClassSource,
     SourceError,
     Variant,
     git_commit,
     git_show,
-    load_variant,
+)
+from kvqueue.sources.module_graph import (
+    UTILS_MODULE,
+    Graph,
+    LoadError,
+    Member,
+    SourceTexts,
+    queue_swap,
+    read_members,
 )
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER, POOL_MEMBERS
 from kvqueue.sources.release_fetch import fetch_members
@@ -69,12 +69,21 @@ from kvqueue.sources.versions import is_version, version_key
 
 POOL_CLASS = "BlockPool"
 #: The first release whose pool this loader takes (the issue's scope: 0.10.0 on).
-FIRST_POOL_RELEASE = "0.10.0"
+FIRST_POOL_RELEASE = "0.9.0"
 #: Separator of a queue swap: ``vllm==0.33.0+queue=kvqueue``.
 QUEUE_SEPARATOR = "+queue="
-UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
+POOL_MODULE = "vllm.v1.core.block_pool"
 METRICS_MODULE = "vllm.v1.core.kv_cache_metrics"
-_LAZY_ANNOTATIONS = __future__.annotations.compiler_flag
+#: Cut to the definitions the pool imports (the rest imports most of vLLM).
+CUT = frozenset({UTILS_MODULE, "vllm.utils", "vllm.utils.gc_utils", "vllm.v1.metrics.stats"})
+#: Helpers read beside the pool's members from a release or branch (any may be absent).
+HELPER_MEMBERS = (
+    "vllm/utils.py",
+    "vllm/utils/__init__.py",
+    "vllm/utils/hashing.py",
+    "vllm/utils/gc_utils.py",
+    "vllm/v1/metrics/stats.py",
+)
 
 
 class PoolSourceError(ValueError):
@@ -148,6 +157,7 @@ class PoolVariant:
     placeholders: tuple[str, ...] = ()
     queue_calls: tuple[str, ...] = field(default=())
     code_sha256: str = ""
+    graph: Graph | None = None
 
     @property
     def sha256(self) -> str:
@@ -213,8 +223,8 @@ def read_pool_texts(source: str) -> PoolTexts:
         version = source[len("vllm==") :]
         if is_version(version) and version_key(version) < version_key(FIRST_POOL_RELEASE):
             raise PoolSourceError(
-                f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE} (older pools "
-                "drive the queue by popleft loops through an API this loader does not adapt)"
+                f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE}, the manager "
+                "subject's floor (older pools are not checked against the pool gate here)"
             )
         try:
             paths = fetch_members(version, POOL_MEMBERS)
@@ -299,180 +309,7 @@ def _read_git_pool(source: str) -> PoolTexts:
     )
 
 
-# ------------------------------------------------------------ cutting kv_cache_utils.py
-
-
-class _NamesUsed(ast.NodeVisitor):
-    """Collect the names a statement uses at run time, annotations left out (they are
-    compiled lazily)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self.names.add(node.id)
-
-    def visit_arg(self, node: ast.arg) -> None:
-        pass  # the annotation only
-
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        for item in [*node.decorator_list, *node.args.defaults, *node.body]:
-            self.visit(item)
-        for default in node.args.kw_defaults:
-            if default is not None:
-                self.visit(default)
-
-    visit_FunctionDef = _function
-    visit_AsyncFunctionDef = _function
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self.visit(node.value)
-
-
-def _names_used(node: ast.AST) -> set[str]:
-    visitor = _NamesUsed()
-    visitor.visit(node)
-    return visitor.names
-
-
-def _defined_names(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return [stmt.name]
-    if isinstance(stmt, ast.Assign):
-        return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
-    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-        return [stmt.target.id]
-    return []
-
-
-def _is_stdlib(module: str) -> bool:
-    return module.split(".")[0] in sys.stdlib_module_names
-
-
-@dataclass(frozen=True)
-class _Cut:
-    text: str
-    names: tuple[str, ...]
-    vllm_imports: dict[str, tuple[str, str | None]]
-    block_text: str
-    block_line: int
-
-
-def cut_utils(utils_text: str, wanted: list[str], where: str) -> _Cut:
-    """Cut from ``kv_cache_utils.py`` the definitions ``wanted`` needs, transitively.
-
-    Parameters
-    ----------
-    utils_text
-        The file's text.
-    wanted
-        Names ``block_pool.py`` imports from it.
-    where
-        The file's location, for messages and tracebacks.
-
-    Returns
-    -------
-    _Cut
-        The text to compile (the chosen statements at their own line numbers, blank
-        lines between), the names defined, the vLLM (or third-party) imports to bind:
-        ``{name: (module, attribute or None)}``, and ``KVCacheBlock``'s own text.
-
-    Raises
-    ------
-    PoolSourceError
-        A syntax error, or a wanted name the file does not define.
-    """
-    try:
-        tree = ast.parse(utils_text, filename=where)
-    except SyntaxError as exc:
-        raise PoolSourceError(f"syntax error in {where} line {exc.lineno}: {exc.msg}") from None
-    defs: dict[str, list[ast.stmt]] = {}
-    imports: dict[str, tuple[str, str | None]] = {}
-    stdlib_imports: list[ast.stmt] = []
-    for stmt in tree.body:
-        for name in _defined_names(stmt):
-            defs.setdefault(name, []).append(stmt)
-        if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0:
-            if _is_stdlib(stmt.module):
-                stdlib_imports.append(stmt)
-            else:
-                for alias in stmt.names:
-                    imports[alias.asname or alias.name] = (stmt.module, alias.name)
-        elif isinstance(stmt, ast.Import):
-            if all(_is_stdlib(a.name) for a in stmt.names):
-                stdlib_imports.append(stmt)
-            else:
-                for alias in stmt.names:
-                    if alias.asname:
-                        imports[alias.asname] = (alias.name, None)
-                    else:
-                        imports[alias.name.split(".")[0]] = (alias.name.split(".")[0], None)
-    missing = [n for n in wanted if n not in defs and n not in imports]
-    if missing:
-        raise PoolSourceError(
-            f"{where} does not define {', '.join(missing)}, which block_pool.py imports from it"
-        )
-    chosen: dict[int, ast.stmt] = {}
-    bound: dict[str, tuple[str, str | None]] = {}
-    todo, seen = list(wanted), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in defs:
-            for stmt in defs[name]:
-                if id(stmt) not in chosen:
-                    chosen[id(stmt)] = stmt
-                    todo.extend(_names_used(stmt))
-        elif name in imports:
-            bound[name] = imports[name]
-    statements = sorted([*stdlib_imports, *chosen.values()], key=lambda s: s.lineno)
-    lines = utils_text.splitlines(keepends=True)
-    out: list[str] = []
-    line = 1
-    block_text, block_line = "", 0
-    for stmt in statements:
-        start = min([d.lineno for d in getattr(stmt, "decorator_list", [])] + [stmt.lineno])
-        end = stmt.end_lineno or stmt.lineno
-        out.append("\n" * (start - line))
-        segment = "".join(lines[start - 1 : end])
-        out.append(segment if segment.endswith("\n") else segment + "\n")
-        line = end + 1
-        if isinstance(stmt, ast.ClassDef) and stmt.name == BLOCK_CLASS:
-            block_text, block_line = segment, start
-    names = tuple(sorted(n for n in seen if n in defs))
-    return _Cut("".join(out), names, bound, block_text, block_line)
-
-
 # -------------------------------------------------------------------------- loading
-
-_counter = 0
-
-
-def _module(name: str, path: str, table: dict[str, types.ModuleType]) -> types.ModuleType:
-    """A fresh module registered in ``sys.modules`` (dataclasses and tracebacks look
-    there), whose imports are answered by :func:`stand_ins.importer`."""
-    global _counter
-    _counter += 1
-    qualified = f"kvqueue._pools.p{_counter}.{name}"
-    module = types.ModuleType(qualified)
-    module.__file__ = path
-    module.__dict__["__builtins__"] = stand_ins.builtins_with(stand_ins.importer(table))
-    sys.modules[qualified] = module
-    return module
-
-
-def _run(code: types.CodeType, module: types.ModuleType, what: str, path: str) -> None:
-    """Execute ``code`` in ``module``; any failure is one line naming the line and error."""
-    try:
-        exec(code, module.__dict__)
-    except Exception as exc:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
-        at = f" line {frames[-1].lineno}" if frames else ""
-        message = str(exc).splitlines()[0] if str(exc) else ""
-        raise PoolSourceError(f"{what}{at}: {type(exc).__name__}: {message}") from None
 
 
 def _pool_imports(tree: ast.Module, module: str) -> list[str]:
@@ -528,57 +365,46 @@ def load_pool(source: str, label: str | None = None) -> PoolVariant:
         raise PoolSourceError(f"syntax error in {what} line {exc.lineno}: {exc.msg}") from None
     if not any(isinstance(s, ast.ClassDef) and s.name == POOL_CLASS for s in tree.body):
         raise PoolSourceError(f"class {POOL_CLASS} not found in {what}")
-    table = stand_ins.stub_table()
-    wanted = _pool_imports(tree, UTILS_MODULE)
-    cut = cut_utils(texts.utils_text, [*wanted, BLOCK_CLASS], texts.utils_path)
-    utils = _module("kv_cache_utils", texts.utils_path, table)
-    placeholders = []
-    for bound, (module, attr) in cut.vllm_imports.items():
-        if attr is None:
-            value = table.get(module) or stand_ins.NotStoodIn(module)
-        else:
-            value = stand_ins.lookup(table, module, attr)
-        if isinstance(value, stand_ins.NotStoodIn):
-            placeholders.append(f"{module}.{attr}" if attr else module)
-        utils.__dict__[bound] = value
-    code = compile(cut.text, texts.utils_path, "exec", flags=_LAZY_ANNOTATIONS, dont_inherit=True)
-    _run(code, utils, f"{texts.utils_path} (definitions {', '.join(wanted)})", texts.utils_path)
-    table[UTILS_MODULE] = utils
-    if texts.metrics_text is not None and texts.metrics_path is not None:
-        metrics = _module("kv_cache_metrics", texts.metrics_path, table)
-        code = compile(texts.metrics_text, texts.metrics_path, "exec", dont_inherit=True)
-        _run(code, metrics, texts.metrics_path, texts.metrics_path)
-        table[METRICS_MODULE] = metrics
-    elif _pool_imports(tree, METRICS_MODULE):
+    if _pool_imports(tree, METRICS_MODULE) and texts.metrics_text is None:
         raise PoolSourceError(f"{what} imports {METRICS_MODULE}, but the source has no such file")
-    stand_ins.link_packages(table)
     calls = queue_calls(tree)
-    queue: Variant | None = None
-    if queue_source is not None:
-        block_src = ClassSource(
-            source=pool_source,
-            path=texts.utils_path,
-            class_name=BLOCK_CLASS,
-            text=cut.block_text,
-            vllm_version=texts.vllm_version,
-            file_sha256=_sha(texts.utils_text),
-            first_line=cut.block_line,
+    members = {
+        m.module: m for m in _helpers(pool_source).members.values() if m.path not in POOL_MEMBERS
+    }
+    for path, text, where in (
+        (POOL_MEMBER, texts.pool_text, texts.pool_path),
+        (MEMBER, texts.utils_text, texts.utils_path),
+        (METRICS_MEMBER, texts.metrics_text, texts.metrics_path),
+    ):
+        if text is not None and where is not None:
+            member = Member(path, text, where)
+            members[member.module] = member
+    holder: dict[str, Variant] = {}
+    by_path = {m.path: m for m in members.values()}
+    source_texts = SourceTexts(pool_source, texts.vllm_version, by_path)
+    after_cut = (
+        None
+        if queue_source is None
+        else queue_swap(queue_source, pool_source, source_texts, holder, calls)
+    )
+    try:
+        graph = Graph(
+            members,
+            CUT,
+            stand_ins.stub_table(),
+            after_cut=after_cut,
+            harness={UTILS_MODULE: (BLOCK_CLASS, QUEUE_CLASS)},
         )
-        try:
-            queue = load_variant(queue_source, (utils.__dict__[BLOCK_CLASS], block_src))
-        except SourceError as exc:
-            raise PoolSourceError(f"queue {queue_source}: {exc}") from None
-        lacking = [m for m in calls if not callable(getattr(queue.queue_cls, m, None))]
-        if lacking:
-            raise PoolSourceError(
-                f"queue {queue_source} lacks {', '.join(lacking)}, which {POOL_CLASS} of "
-                f"{pool_source} calls"
-            )
-        utils.__dict__[QUEUE_CLASS] = queue.queue_cls
-    pool_module = _module("block_pool", texts.pool_path, table)
-    # Byte for byte, with the release's own compiler flags: none inherited from here.
-    code = compile(texts.pool_text, texts.pool_path, "exec", dont_inherit=True)
-    _run(code, pool_module, what, texts.pool_path)
+        pool_module = graph.module(POOL_MODULE)
+    except LoadError as exc:
+        raise PoolSourceError(str(exc)) from None
+    utils = graph.module(UTILS_MODULE)
+    placeholders = sorted(
+        f"{module}.{attr}" if attr else module
+        for bound, (module, attr) in graph.cuts[UTILS_MODULE].imports.items()
+        if isinstance(utils.__dict__.get(bound), stand_ins.NotStoodIn | stand_ins.StubModule)
+    )
+    queue = holder.get("queue")
     return PoolVariant(
         label=label or name or spec,
         source=spec,
@@ -588,8 +414,21 @@ def load_pool(source: str, label: str | None = None) -> PoolVariant:
         queue_cls=utils.__dict__[QUEUE_CLASS],
         texts=texts,
         queue=queue,
-        utils_names=cut.names,
-        placeholders=tuple(sorted(placeholders)),
+        utils_names=graph.cuts[UTILS_MODULE].names,
+        placeholders=tuple(placeholders),
         queue_calls=calls,
-        code_sha256=_sha(f"{texts.pool_text}\0{cut.text}\0{texts.metrics_text or ''}"),
+        code_sha256=graph.code_sha256(),
+        graph=graph,
     )
+
+
+def _helpers(source: str) -> SourceTexts:
+    """The standard-library helpers a pool imports beside its three members (``gc_utils``
+    from 0.34.0, ``vllm/utils``'s ``sha256`` in 0.9.x, ``stats``' eviction event), read
+    from a release or branch; a file source has none (its pool runs their stand-ins)."""
+    if not (source.startswith("vllm==") or source.startswith("git:")):
+        return SourceTexts(source, None, {})
+    try:
+        return read_members(source, HELPER_MEMBERS, ())
+    except LoadError as exc:
+        raise PoolSourceError(str(exc)) from None
