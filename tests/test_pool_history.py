@@ -18,7 +18,7 @@ from kvqueue.errors import BenchInputError
 from kvqueue.history import history_analysis, history_collect, history_present
 from kvqueue.params import history_params
 from kvqueue.report import questions
-from kvqueue.sources import pool_loader
+from kvqueue.sources import module_graph, pool_loader
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER
 
 POOLS = Path(__file__).parent / "pools"
@@ -26,7 +26,7 @@ POOLS = Path(__file__).parent / "pools"
 
 @pytest.fixture
 def pool_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, list[str]]:
-    """Releases 0.9.2 (before the pool loader's first), 1.0.0, 1.1.0 (kv_cache_utils.py
+    """Releases 0.8.5 (before the pool loader's first), 1.0.0, 1.1.0 (kv_cache_utils.py
     changed outside what the pool runs: the same version) and 2.0.0 (block_pool.py
     changed: a new version)."""
     pool_text = (POOLS / "block_pool.py").read_text()
@@ -44,7 +44,11 @@ def pool_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, 
     }
     probed: list[str] = []
 
-    def fetch(version: str, members: object = None, **_: object) -> dict[str, Path | None]:
+    def fetch(
+        version: str, members: object = None, *_: object, **__: object
+    ) -> dict[str, Path | None]:
+        if isinstance(members, tuple) and POOL_MEMBER not in members:
+            return {m: None for m in members}  # the helpers: none in these releases
         probed.append(version)
         folder = tmp_path / version
         folder.mkdir(exist_ok=True)
@@ -59,7 +63,8 @@ def pool_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, 
 
     monkeypatch.setattr(history_collect, "fetch_members", fetch)
     monkeypatch.setattr(pool_loader, "fetch_members", fetch)
-    listing = {v: [] for v in ["0.9.2", *texts]}
+    monkeypatch.setattr(module_graph, "fetch_members", fetch)
+    listing = {v: [] for v in ["0.8.5", *texts]}
     return {"listing": listing, "probed": probed}  # type: ignore[dict-item]
 
 
@@ -76,10 +81,10 @@ def test_pool_versions_are_the_code_the_pool_runs(pool_releases: dict) -> None:
         "pool:vllm==1.1.0",
     ]
     # Releases before the pool loader's first are named, never probed.
-    assert "0.9.2" not in pool_releases["probed"]
+    assert "0.8.5" not in pool_releases["probed"]
     assert found.skipped == [
         {
-            "release": "0.9.2 .. 0.9.2",
+            "release": "0.8.5 .. 0.8.5",
             "reason": f"not probed: older than {pool_loader.FIRST_POOL_RELEASE}, the first "
             "release the pool loader reads",
         }
@@ -89,10 +94,10 @@ def test_pool_versions_are_the_code_the_pool_runs(pool_releases: dict) -> None:
 
 def test_a_given_release_before_the_pool_loader_is_refused(pool_releases: dict) -> None:
     with pytest.raises(
-        BenchInputError, match=r"^vllm==0\.9\.2: the pool loader reads releases from 0\.10\.0 on$"
+        BenchInputError, match=r"^vllm==0\.8\.5: the pool loader reads releases from 0\.9\.0 on$"
     ):
         history_collect.plan(
-            ["2.0.0", "0.9.2"],
+            ["2.0.0", "0.8.5"],
             listing=pool_releases["listing"],
             progress=io.StringIO(),
             subject="pool",

@@ -19,6 +19,7 @@ from test_upstream import no_network
 from test_upstream_ranges import VERSION, WHEEL, serve, wheel
 from test_upstream_ranges import server as wheel_server  # noqa: F401
 
+from kvqueue.gate import pool_gate
 from kvqueue.sources import fetch_errors, release_cache, release_fetch
 from kvqueue.sources.pool_loader import PoolSourceError, load_pool
 from kvqueue.subjects.pool_api import pool_api
@@ -59,18 +60,28 @@ def test_a_queue_lacking_a_method_the_pool_calls_is_refused(tmp_path):
     assert "\n" not in str(info.value) and "prepend_n" in str(info.value)
 
 
-def test_a_pool_importing_something_new_is_refused_in_one_line(tmp_path):
+def test_a_pool_importing_something_new_loads_and_the_gate_refuses_it_when_used(tmp_path):
+    # A new import is a placeholder: the pool loads, and the first use of the name is
+    # recorded, so the gate refuses the pool naming it (one line).
     text = (POOL_DIR / "block_pool.py").read_text()
     text = text.replace(
         "from vllm.logger import init_logger\n",
         "from vllm.logger import init_logger\nfrom vllm.v1.core.sched import Scheduler\n",
     )
-    path = write_fixture_pool(tmp_path, pool_text=text)
-    with pytest.raises(PoolSourceError) as info:
-        load_pool(str(path))
-    assert str(info.value) == (
-        f"{path.resolve()} line 15: ImportError: module vllm.v1.core.sched has no stand-in"
+    used = text.replace(
+        "    def get_num_free_blocks(self) -> int:\n",
+        "    def get_num_free_blocks(self) -> int:\n        Scheduler.tick()\n",
     )
+    assert used != text
+    baseline = load_pool(str(write_fixture_pool(tmp_path / "a")))
+    named = load_pool(str(write_fixture_pool(tmp_path / "b", pool_text=text)))
+    assert "vllm.v1.core.sched" in named.graph.stubbed
+    assert pool_gate.pool_gate(baseline, named, (64,)).ok
+    broken = load_pool(str(write_fixture_pool(tmp_path / "c", pool_text=used)))
+    result = pool_gate.pool_gate(baseline, broken, (64,))
+    assert not result.ok
+    assert "vllm.v1.core.sched.Scheduler.tick has no stand-in here" in result.error
+    assert "\n" not in result.error
 
 
 def test_a_name_kv_cache_utils_does_not_define_is_refused(tmp_path):
@@ -88,17 +99,17 @@ def test_a_name_kv_cache_utils_does_not_define_is_refused(tmp_path):
     )
 
 
-def test_a_third_party_import_is_refused(tmp_path):
+def test_a_third_party_import_is_a_placeholder_never_imported(tmp_path):
     text = "import torch\n" + (POOL_DIR / "block_pool.py").read_text()
-    with pytest.raises(PoolSourceError, match="ImportError: 'torch' is not the standard library"):
-        load_pool(str(write_fixture_pool(tmp_path, pool_text=text)))
+    pool = load_pool(str(write_fixture_pool(tmp_path, pool_text=text)))
+    assert "torch" in pool.graph.stubbed
     assert "torch" not in sys.modules
 
 
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("vllm==0.9.2", "vllm==0.9.2: pool subjects start at vLLM 0.10.0"),
+        ("vllm==0.8.5", "vllm==0.8.5: pool subjects start at vLLM 0.9.0"),
         ("kvqueue", "'kvqueue' is a queue, not a pool"),
         ("no/such/block_pool.py", "'no/such/block_pool.py' is not a file"),
         ("vllm==0.33.0+queue=", "is not of the form POOL+queue=QUEUE"),

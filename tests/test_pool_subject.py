@@ -108,7 +108,7 @@ def test_subject_pool_takes_the_pool_cases_and_labels() -> None:
         ({"subject": "pools"}, "subject must be one of queue | pool"),
         ({"subject": "pool", "cases": ["alloc1"]}, "unknown case(s) alloc1 of subject pool"),
         ({"cases": ["loop10"]}, "unknown case(s) loop10 of subject queue"),
-        ({"subject": "pool", "block_mode": "own"}, "a BlockPool uses its own"),
+        ({"subject": "pool", "block_mode": "own"}, "a pool uses its own"),
     ],
 )
 def test_bad_subject_input_is_one_line(given: dict, words: str) -> None:

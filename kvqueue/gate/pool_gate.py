@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvqueue.sources import stand_ins
 from kvqueue.sources.pool_loader import PoolVariant
 from kvqueue.sources.versions import version_key
 from kvqueue.subjects.pool_api import PoolAPI, PoolAPIError, PoolRequest, pool_api
@@ -619,6 +620,7 @@ def pool_gate(
                 f"but does not show (both give {seen[0]!r}): the list is stale"
             )
         exempt |= known.exempt
+    stand_ins.clear_reached()
     for size in sizes:
         try:
             calls += _check_size(
@@ -633,6 +635,12 @@ def pool_gate(
             return result(str(exc))
         except Exception as exc:  # a crash in the driver's own calls is a refusal too
             return result(f"{candidate.label} at {size:,} blocks: {type(exc).__name__}: {exc}")
+    reached = stand_ins.reached()
+    if reached:
+        return result(
+            f"{candidate.label} reached {', '.join(reached)}, which nothing here stands in "
+            "for: its code uses a part of vLLM this loader does not run"
+        )
     return result(None)
 
 

@@ -120,7 +120,7 @@ class BenchParams:
         "what is measured: queue (FreeKVCacheBlockQueue) | pool (vLLM's BlockPool; VARIANTS "
         "are pool sources: a release, a git ref or a file, with an optional queue swap) | "
         "manager (vLLM's KVCacheManager stack; VARIANTS are manager sources: a release from "
-        "0.9.0, a git ref or a checkout folder, with optional +queue= and +pool= swaps)",
+        "0.9.0, a git ref or a checkout folder, with optional queue and pool swaps)",
     )
 
     @property

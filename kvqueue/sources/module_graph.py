@@ -166,7 +166,7 @@ def read_members(source: str, wanted: tuple[str, ...], required: tuple[str, ...]
         return SourceTexts(source, version, found)
     if source.startswith("git:"):
         try:
-            repo, ref, commit = git_commit(source, required[0])
+            repo, ref, commit = git_commit(source, (required or wanted)[0])
         except SourceError as exc:
             raise LoadError(str(exc)) from None
         for member in wanted:
@@ -353,7 +353,9 @@ def cut_definitions(
                     imports[alias.asname or top] = (alias.name if alias.asname else top, None)
     missing = [n for n in wanted if n not in defs and n not in imports]
     if missing:
-        raise LoadError(f"{where} does not define {', '.join(missing)}, which {importer} imports")
+        raise LoadError(
+            f"{where} does not define {', '.join(missing)}, which {importer} imports from it"
+        )
     chosen: dict[int, ast.stmt] = {}
     bound: dict[str, tuple[str, str | None]] = {}
     todo, seen = list(wanted), set()
@@ -434,6 +436,7 @@ class Graph:
     cuts: dict[str, Cut] = field(default_factory=dict)
     stubbed: set[str] = field(default_factory=set)
     _wanted: dict[str, set[str]] = field(default_factory=dict)
+    _importers: dict[str, set[str]] = field(default_factory=dict)
     _tag: str = ""
 
     def __post_init__(self) -> None:
@@ -446,6 +449,7 @@ class Graph:
                 continue
             for module, names in imported_names(tree).items():
                 self._wanted.setdefault(module, set()).update(names)
+                self._importers.setdefault(module, set()).add(self.members[name].path)
         for module, names in self.harness.items():
             if module in trees:
                 defined = {n for stmt in trees[module].body for n in _defined_names(stmt)}
@@ -457,9 +461,9 @@ class Graph:
             for name in sorted(self.cut & set(self.members)):
                 member = self.members[name]
                 wanted = sorted(self._wanted.get(name, ()))
-                cut = cut_definitions(
-                    member.text, wanted, member.where, "the loaded code", trees[name]
-                )
+                importers = sorted(p.rsplit("/", 1)[-1] for p in self._importers.get(name, ()))
+                who = " or ".join(importers) or "the loaded code"
+                cut = cut_definitions(member.text, wanted, member.where, who, trees[name])
                 self.cuts[name] = cut
                 for module, attr in cut.imports.values():
                     if attr is not None and module in self.cut:
