@@ -184,7 +184,7 @@ def split_swaps(spec: str) -> tuple[str, dict[str, str]]:
     """
     base, swaps = spec, {}
     while True:
-        cuts = [(base.rfind(s), s) for s in SWAPS if base.rfind(s) > 0]
+        cuts = [(base.rfind(s), s) for s in SWAPS if base.rfind(s) >= 0]
         if not cuts:
             break
         at, sep = max(cuts)
