@@ -707,3 +707,25 @@ def test_out_replaces_only_its_own_earlier_output(
         assert regress(refused) == 2
         assert "OUT: " in capsys.readouterr().err
     assert not (tmp_path / "regress.md.tmp").exists()
+
+
+def test_the_readme_ci_recipes_run_on_every_file_read_for_every_subject() -> None:
+    """The GitHub Actions job triggers on each file a subject reads, and both recipes
+    check every subject (a subject added to kvqueue.schema.SUBJECTS must be added here)."""
+    from fnmatch import fnmatch
+
+    from kvqueue.sources.release_cache import POOL_MEMBERS
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### A regression check for your change") :]
+    section = section[: section.index("\n### ")]
+    (paths,) = re.findall(r"paths: \[(.*)\]", section)
+    patterns = [p.strip().strip('"') for p in paths.split(",")]
+    for member in (MEMBER, *POOL_MEMBERS):
+        assert any(fnmatch(member, p) for p in patterns), member
+    loops = re.findall(r"for subject in ([\w ]+); do", section)
+    assert len(loops) == 2 and all(loop.split() == list(schema.SUBJECTS) for loop in loops)
+    # Both post the Markdown whatever the status: from the command, not Make's 2.
+    assert "make -C /tmp/kvqueue-bench regress" not in section
+    assert section.count("-m kvqueue regress \\\n") == 1  # GitHub Actions
+    assert section.count("-m kvqueue regress --subject") == 1  # Buildkite
