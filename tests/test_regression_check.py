@@ -181,16 +181,24 @@ def _regress(repo: Path, head: str, out: Path) -> subprocess.CompletedProcess[st
     )
 
 
+def _regress_ok(
+    repo: Path, head: str, folder: Path, status: int
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """:func:`_regress` into ``folder/regress.md``, which must exit ``status``: the
+    process, the Markdown written and its first line."""
+    out = folder / "regress.md"
+    proc = _regress(repo, head, out)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    text = out.read_text(encoding="utf-8")
+    return proc, text, text.splitlines()[0]
+
+
 @pytest.mark.slow
 def test_a_branch_that_regresses_fails_and_names_the_case(
     contributor: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "regress.md"
-    proc = _regress(contributor, "slow", out)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    text = out.read_text(encoding="utf-8")
+    proc, text, first = _regress_ok(contributor, "slow", tmp_path, 1)
     assert proc.stdout == text
-    first = text.splitlines()[0]
     assert "FAILED" in first and "popappend (pool 2,048)" in first and "alloc1" not in first
     rows = _rows(text)
     assert set(rows) == set(CASES.split())
@@ -239,11 +247,7 @@ def test_a_comment_only_branch_passes(contributor: Path, tmp_path: Path) -> None
 def test_a_head_that_breaks_the_contract_exits_3_and_out_says_why(
     contributor: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "regress.md"
-    proc = _regress(contributor, "broken", out)
-    assert proc.returncode == regression_params.EXIT_REFUSED, proc.stderr[-2000:]
-    text = out.read_text(encoding="utf-8")
-    first = text.splitlines()[0]
+    proc, text, first = _regress_ok(contributor, "broken", tmp_path, 3)
     assert "REFUSED by the validation gate" in first and "gate FAIL head" in first
     assert "gate FAIL base" not in text
     # The gate's report, its pair of fields named (issue 36).
@@ -256,11 +260,7 @@ def test_a_head_that_breaks_the_contract_exits_3_and_out_says_why(
 def test_identical_class_texts_are_named_in_one_line_not_counted(
     contributor: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "regress.md"
-    proc = _regress(contributor, "elsewhere", out)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    text = out.read_text(encoding="utf-8")
-    first = text.splitlines()[0]
+    proc, text, first = _regress_ok(contributor, "elsewhere", tmp_path, 0)
     assert "SUBJECT=queue: identical code, nothing counted**" in first
     assert "SUBJECT=pool counts vllm/v1/core/block_pool.py" in first
     assert not _rows(text) and "count 1/" not in proc.stderr

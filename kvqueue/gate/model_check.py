@@ -15,15 +15,7 @@ import itertools
 import random
 from typing import Any
 
-from kvqueue.gate.naming import (
-    LINKS,
-    ValidationError,
-    ends,
-    expected_got,
-    first_last,
-    ids,
-    namer,
-)
+from kvqueue.gate.naming import LINKS, ValidationError, ends, expected_got, first_last, ids, namer
 from kvqueue.sources.loader import STRUCTURE_HEAD_TAIL, Variant
 
 DEFAULT_OPS = 60_000

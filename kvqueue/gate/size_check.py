@@ -23,15 +23,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.gate.model_check import DEFAULT_OPS, DEFAULT_SEED
-from kvqueue.gate.naming import (
-    LINKS,
-    ValidationError,
-    ends,
-    expected_got,
-    first_last,
-    ids,
-    namer,
-)
+from kvqueue.gate.naming import LINKS, ValidationError, ends, expected_got, first_last, ids, namer
 from kvqueue.sources.loader import Variant
 from kvqueue.subjects import queue_cases
 

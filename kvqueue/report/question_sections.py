@@ -135,7 +135,7 @@ def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str
         f"(baseline) on {hosts} host{'s' if hosts != 1 else ''} × {pythons} "
         f"interpreter{'s' if pythons != 1 else ''}: the newest run of each that compared "
         "them. *Reduction* = 1 − median over processes of the per-process time ratio "
-        "candidate/baseline (> 0: the candidate is faster)."
+        "candidate/baseline (> 0: the candidate is faster, < 0: slower)."
     )
     few = heads[heads["processes"].fillna(0).astype(float) < paired_stats.MIN_PROCESSES]
     if len(few):
@@ -298,7 +298,7 @@ def _counts_ab(question: Question) -> list[Section]:
         f"Instructions executed per operation by `{cand}` (candidate) against `{base}` "
         f"(baseline), counted under cachegrind on {runs['host'].nunique()} host(s) × "
         f"{runs['interpreter'].nunique()} interpreter(s); no timed run compared them, so "
-        "this says which executes fewer instructions, not how much faster it is."
+        "this says which executes fewer instructions, not how much faster or slower it is."
     )
     used = "\n".join(f"- {r.host}/{r.run_id}: {r.interpreter}" for r in runs.itertuples())
     return [
