@@ -24,7 +24,7 @@ import pytest
 from kvqueue import __main__ as cli
 from kvqueue import schema
 from kvqueue.ab import regression_check
-from kvqueue.errors import BenchError, BenchInputError, GateRefused
+from kvqueue.errors import BenchError, BenchInputError, GateRefused, MachineBusy
 from kvqueue.measure import cachegrind
 from kvqueue.params import command_params, regression_params
 from kvqueue.params.spec import ENV_PREFIX
@@ -647,6 +647,11 @@ _GATE_REPORT = (
             "counted: gate FAIL head: 1,200 ops: operation #3",
         ),
         (BenchError("a counted process died"), 4, "not counted**: a counted process died"),
+        (
+            MachineBusy("another bench is running on this machine (pid 1, make quick)"),
+            4,
+            "not counted**: another bench is running on this machine",
+        ),
     ],
 )
 def test_each_outcome_exits_its_own_status_and_out_says_why(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvqueue import schema
-from kvqueue.errors import BenchInputError, GateRefused
+from kvqueue.errors import BenchInputError, GateRefused, MachineBusy
 from kvqueue.params import bench_params, spec
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.params.spec import param
@@ -72,8 +72,9 @@ EXIT_STATUSES: dict[int, str] = {
 
 def exit_status_of(exc: BaseException) -> int:
     """The exit status of an error that ended ``make regress`` (:data:`EXIT_STATUSES`):
-    bad input 2, a gate refusal 3, any other failure (a counted process, the lock) 4."""
-    if isinstance(exc, BenchInputError):
+    bad input 2, a gate refusal 3, any other failure (a counted process, the machine lock
+    held by another measurement) 4."""
+    if isinstance(exc, BenchInputError) and not isinstance(exc, MachineBusy):
         return EXIT_BAD_INPUT
     return EXIT_REFUSED if isinstance(exc, GateRefused) else EXIT_NOT_COUNTED
 
