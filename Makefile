@@ -121,8 +121,12 @@ policy: $(STAMP) ## allocation policies against engine age (REGIME=chat|agentic,
 check-queue: $(STAMP) ## our queue's instructions per op vs data/reference (fails > +1 %; UPDATE=1 records; needs valgrind)
 	@$(VPY) -m kvqueue check-queue --from-env
 
+# The recipe exits with the command's status (0 passed, 1 regressed, 2 bad input, 3 refused
+# by the gate, 4 not counted: kvqueue.params.regression_params.EXIT_STATUSES), which Make
+# reports in its "Error N" line and turns into its own 2: no Make passes a recipe's status
+# through. CI that tells them apart runs `.venv/bin/python -m kvqueue regress` (README).
 .PHONY: regress
-regress: $(STAMP) ## a change vs its base by instructions per op (BASE=git:REPO@main HEAD=git:REPO@mine): Markdown to post (OUT=file), exit 1 on a regression; needs valgrind
+regress: $(STAMP) ## a change vs its base by instructions per op (BASE=git:REPO@main HEAD=git:REPO@mine SUBJECT=queue|pool): Markdown to post (OUT=file); the command exits 1 regressed, 3 refused; needs valgrind
 	@$(VPY) -m kvqueue regress --from-env
 
 .PHONY: diffs

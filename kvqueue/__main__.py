@@ -18,7 +18,7 @@
     (``make check-queue``);
 ``regress``
     a change's instructions per operation against its base, Markdown to post, exit 1 on
-    a regression (``make regress``);
+    a regression, 3 on a gate refusal (``make regress``);
 ``diffs``
     fetch the releases whose class text the history's step diffs show (``make diffs``);
 ``sync-notebooks``
@@ -251,9 +251,12 @@ def _prefix(command: str) -> str:
     return f"kvqueue {command}" if command else "kvqueue"
 
 
-def _exit_status(command: str, exc: BaseException) -> int:
-    """Print a bench-side error in one line; 2 bad input, 1 refused or failed, 128 + the
-    signal's number for a stop (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+def _exit_status(
+    command: str, exc: BaseException, status_of: Callable[[BaseException], int] | None = None
+) -> int:
+    """Print a bench-side error in one line; 2 bad input, 1 refused or failed (or the
+    command's own ``status_of`` the error), 128 + the signal's number for a stop (130
+    Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
     from kvqueue.kernel import Stopped
 
     if isinstance(exc, Stopped):  # SIGTERM, SIGHUP: the shell's status for that signal
@@ -261,14 +264,17 @@ def _exit_status(command: str, exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return 130
     print(f"{_prefix(command)}: {exc}", file=sys.stderr)
+    if status_of is not None:
+        return status_of(exc)
     return 2 if isinstance(exc, BenchInputError) else 1
 
 
 def _one_line_errors(
-    command: str,
+    command: str, status_of: Callable[[BaseException], int] | None = None
 ) -> Callable[[Callable[[argparse.Namespace], int | None]], Callable[[argparse.Namespace], int]]:
     """Run a command; bad input, a refusal, a failure and Ctrl-C end in one line and an
-    exit status (:func:`_exit_status`); otherwise the command's status (``None``: 0)."""
+    exit status (:func:`_exit_status`, ``status_of`` the error when the command has
+    statuses of its own); otherwise the command's status (``None``: 0)."""
 
     def wrap(run: Callable[[argparse.Namespace], int | None]) -> Callable[..., int]:
         @functools.wraps(run)
@@ -276,7 +282,7 @@ def _one_line_errors(
             try:
                 return run(args) or 0
             except (BenchInputError, GateRefused, BenchError, KeyboardInterrupt) as exc:
-                return _exit_status(command, exc)
+                return _exit_status(command, exc, status_of)
 
         return cmd
 
@@ -581,23 +587,28 @@ def _cmd_check_queue(args: argparse.Namespace) -> int:
 
 
 def _add_regress(sub: argparse._SubParsersAction) -> None:
+    statuses = "; ".join(
+        f"{code} {meaning}" for code, meaning in regression_params.EXIT_STATUSES.items()
+    )
     p = sub.add_parser(
         "regress",
         help="a change's instructions per operation against its base; exit 1 on a regression",
-        description="Gate BASE and HEAD, count both under cachegrind on each case and pool, "
-        "and print the comparison as Markdown to post on a pull request (OUT also writes "
-        "it). A case whose head executes more than its threshold more instructions per "
-        f"operation than base fails: exit 1 (default threshold "
+        description="Gate BASE and HEAD, count both under cachegrind on each case and pool "
+        "of SUBJECT (queue, pool), and print the comparison as Markdown to post on a pull "
+        "request (OUT also writes it, and, once the sources are being read, the refusal or "
+        "error that stopped the check). A case whose head executes more than its threshold "
+        "more instructions per operation than base fails (default threshold "
         f"{regression_params.DEFAULT_THRESHOLD_PCT:g} %, over 10x the spread of two "
-        "counts of identical code); bad input exits 2. Every option is also a Make "
-        "variable of `make regress` (shown in brackets).",
+        "counts of identical code); base and head running identical code are not counted. "
+        f"Exit status: {statuses}; 128 + N when stopped by signal N. Every option is "
+        "also a Make variable of `make regress` (shown in brackets).",
     )
     _add_param_options(p, "regress")
     _add_from_env(p, "regress", "the parameters from the environment")
     p.set_defaults(func=_cmd_regress)
 
 
-@_one_line_errors("regress")
+@_one_line_errors("regress", regression_params.exit_status_of)
 def _cmd_regress(args: argparse.Namespace) -> int:
     from kvqueue.ab import regression_check
 

@@ -12,6 +12,12 @@ class BenchInputError(ValueError):
     """Bad input to ``make bench``; the message is one line. Nothing was written."""
 
 
+class MachineBusy(BenchInputError):
+    """Another measurement holds the machine lock (:mod:`kvqueue.measure.machine_lock`):
+    nothing was started. Bad input to most commands (exit 2); ``make regress`` gives it
+    a status of its own (4: not counted), so that CI does not read it as a bad change."""
+
+
 class GateRefused(RuntimeError):
     """The validation gate refused a variant; the message holds the gate's report.
 

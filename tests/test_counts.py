@@ -202,7 +202,7 @@ def test_the_check_fails_on_a_slowed_copy_of_our_queue(tmp_path: Path) -> None:
         )
     assert queue_check.exit_status(same) == 0, out.read_text()
     assert queue_check.exit_status(slow) == 1, out.read_text()
-    assert "SLOWER" in out.read_text()
+    assert "MORE INSTRUCTIONS (reduction below -1 %)" in out.read_text()
     assert "the queue's code changed since the reference" in out.read_text()
 
 

@@ -193,7 +193,7 @@ def test_update_prints_old_to_new_per_case(
     counter.default = {"alloc1": 101.0, "alloc2": 50.0}
     queue_check.check([sys.executable], reference=ref, update=True, cases=("alloc1", "alloc2"))
     again = capsys.readouterr().out
-    assert "alloc1: 100.0 -> 101.0 instructions/op (+1.00 %)" in again
+    assert "alloc1: 100.0 -> 101.0 instructions/op (reduction -1.00 %)" in again
     assert "alloc2: new 50.0 instructions/op" in again
     assert "plan: cases ['alloc1'] -> ['alloc1', 'alloc2']" in again
     entry = next(iter(json.loads(ref.read_text())["entries"].values()))
@@ -371,7 +371,7 @@ def test_a_failed_count_is_one_line_and_the_others_still_print_and_record(
     failed = [ln for ln in out.splitlines() if "count failed" in ln]
     assert len(failed) == 1 and "boom" in failed[0] and first in failed[0]
     assert f"{second} (CPython 3.13.0), kvqueue: ok" in out
-    assert "alloc1: 100.5 instructions/op vs 100.0 (+0.50 %) ok" in out
+    assert "alloc1: 100.5 instructions/op vs 100.0 (reduction -0.50 %) ok" in out
     assert "Traceback" not in err
     # UPDATE=1: the interpreter that finished is recorded, the failed one keeps its entry.
     counter.counts[second] = {"alloc1": 99.0, "alloc2": 200.0}
@@ -403,7 +403,9 @@ def test_the_last_line_says_which_interpreter_failed_and_why(
     last = out.splitlines()[-1]
     assert last.startswith("check-queue FAILED: ")
     assert "CPython 3.10.1 ERROR: counted process (zero  */2048) exited 1: boom" in last
-    assert "CPython 3.11.1 FAILED: alloc1: 103.0 instructions/op vs 100.0 (+3.00 %)" in last
+    assert (
+        "CPython 3.11.1 FAILED: alloc1: 103.0 instructions/op vs 100.0 (reduction -3.00 %)" in last
+    )
     assert last.endswith("ok: CPython 3.12.1")
     counter.counts.clear()
     status, out, _ = _run(["--pythons", f"{py310} {py312}", "--reference", str(ref)], capsys)

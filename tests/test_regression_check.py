@@ -18,12 +18,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import poolutil
 import pytest
 
 from kvqueue import __main__ as cli
 from kvqueue import schema
 from kvqueue.ab import regression_check
-from kvqueue.errors import BenchInputError
+from kvqueue.errors import BenchError, BenchInputError, GateRefused, MachineBusy
 from kvqueue.measure import cachegrind
 from kvqueue.params import command_params, regression_params
 from kvqueue.params.spec import ENV_PREFIX
@@ -111,7 +112,9 @@ def _edit(repo: Path, old: str, new: str) -> None:
 @pytest.fixture(scope="module")
 def contributor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git repository: ``main`` with the queue, ``slow`` with a wasted loop in
-    ``popleft`` (popappend only), ``same`` with a comment added (no code changed)."""
+    ``popleft`` (popappend only), ``same`` with a comment added (no code changed),
+    ``broken`` whose ``popleft`` leaves the popped block's next link, ``elsewhere`` with
+    a change outside the queue and block classes."""
     repo = tmp_path_factory.mktemp("contributor") / "vllm"
     (repo / MEMBER).parent.mkdir(parents=True)
     (repo / MEMBER).write_text(_queue_file(), encoding="utf-8")
@@ -130,20 +133,29 @@ def contributor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _edit(repo, _POPLEFT_DOC, _POPLEFT_DOC + "        # Only a comment changes.\n")
     _git(repo, "commit", "-q", "-am", "popleft: a comment")
     _git(repo, "checkout", "-q", "main")
+    _git(repo, "checkout", "-q", "-b", "broken")
+    _edit(repo, "                first.next_free_block = None\n", "")
+    _git(repo, "commit", "-q", "-am", "popleft: leaves the next link")
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "checkout", "-q", "-b", "elsewhere")
+    with (repo / MEMBER).open("a", encoding="utf-8") as fh:
+        fh.write("\n\nSOMETHING_ELSE = 1  # outside the queue and the block\n")
+    _git(repo, "commit", "-q", "-am", "kv_cache_utils: outside the classes")
+    _git(repo, "checkout", "-q", "main")
     return repo
 
 
 def test_the_contributor_file_is_a_queue_the_loader_reads(contributor: Path) -> None:
     from kvqueue.sources import loader
 
-    for ref in ("main", "slow", "same"):
+    for ref in ("main", "slow", "same", "broken", "elsewhere"):
         (variant,) = loader.load_variants([f"git:{contributor}@{ref}"])
         assert variant.structure == loader.STRUCTURE_SENTINELS and not variant.adapted
 
 
 _ROW = re.compile(
     r"^\| (?P<case>\w+) \| (?P<pool>[\d,]+) \| (?P<base>[\d,.]+) \| (?P<head>[\d,.]+) \| "
-    r"(?P<change>[+-][\d.]+) % \| (?P<threshold>[\d.]+) %\\?\*? \| (?P<verdict>[^|]*?) \|$",
+    r"(?P<reduction>[+-][\d.]+) % \| (?P<threshold>[\d.]+) %\\?\*? \| (?P<verdict>[^|]*?) \|$",
     flags=re.M,
 )
 
@@ -169,27 +181,35 @@ def _regress(repo: Path, head: str, out: Path) -> subprocess.CompletedProcess[st
     )
 
 
+def _regress_ok(
+    repo: Path, head: str, folder: Path, status: int
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """:func:`_regress` into ``folder/regress.md``, which must exit ``status``: the
+    process, the Markdown written and its first line."""
+    out = folder / "regress.md"
+    proc = _regress(repo, head, out)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    text = out.read_text(encoding="utf-8")
+    return proc, text, text.splitlines()[0]
+
+
 @pytest.mark.slow
 def test_a_branch_that_regresses_fails_and_names_the_case(
     contributor: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "regress.md"
-    proc = _regress(contributor, "slow", out)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    text = out.read_text(encoding="utf-8")
+    proc, text, first = _regress_ok(contributor, "slow", tmp_path, 1)
     assert proc.stdout == text
-    first = text.splitlines()[0]
     assert "FAILED" in first and "popappend (pool 2,048)" in first and "alloc1" not in first
     rows = _rows(text)
     assert set(rows) == set(CASES.split())
     pop = rows["popappend"]
     base, head = (float(pop[k].replace(",", "")) for k in ("base", "head"))
-    # 8 wasted iterations per popleft: ~2,000 instructions more on ~2,400 (3.11.7: +82 %).
-    assert head > 1.3 * base and float(pop["change"]) > 30
+    # 8 wasted iterations per popleft: ~2,000 instructions more on ~2,400 (3.11.7: -82 %).
+    assert head > 1.3 * base and float(pop["reduction"]) < -30
     assert f"{pop['base']} → {pop['head']} instructions/op" in first
-    assert f"{pop['change']} %" in first and "**regressed**" in pop["verdict"]
+    assert f"reduction {pop['reduction']} %" in first and "**regressed**" in pop["verdict"]
     assert rows["alloc1"]["verdict"].strip() == "ok"
-    assert abs(float(rows["alloc1"]["change"])) < regression_params.DEFAULT_THRESHOLD_PCT
+    assert abs(float(rows["alloc1"]["reduction"])) < regression_params.DEFAULT_THRESHOLD_PCT
     # The sources with their commits and digests, and the command pinned to them.
     commit = subprocess.run(
         ["git", "-C", str(contributor), "rev-parse", "slow"], capture_output=True, text=True
@@ -215,10 +235,82 @@ def test_a_comment_only_branch_passes(contributor: Path, tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text(encoding="utf-8")
     assert proc.stdout == text
-    assert text.splitlines()[0].startswith("**Instruction-count regression check: passed**")
+    assert text.splitlines()[0].startswith(
+        "**Instruction-count regression check, SUBJECT=queue: passed**"
+    )
     rows = _rows(text)
     assert set(rows) == set(CASES.split())
     assert all(r["verdict"].strip() == "ok" for r in rows.values()), rows
+
+
+@pytest.mark.slow
+def test_a_head_that_breaks_the_contract_exits_3_and_out_says_why(
+    contributor: Path, tmp_path: Path
+) -> None:
+    proc, text, first = _regress_ok(contributor, "broken", tmp_path, 3)
+    assert "REFUSED by the validation gate" in first and "gate FAIL head" in first
+    assert "gate FAIL base" not in text
+    # The gate's report, its pair of fields named (issue 36).
+    assert "(prev, next) expected: (None, None)" in text
+    assert text.rstrip().endswith("exit status 3, refused by the validation gate -->")
+    assert proc.stdout == ""
+
+
+@pytest.mark.slow
+def test_identical_class_texts_are_named_in_one_line_not_counted(
+    contributor: Path, tmp_path: Path
+) -> None:
+    proc, text, first = _regress_ok(contributor, "elsewhere", tmp_path, 0)
+    assert "SUBJECT=queue: identical code, nothing counted**" in first
+    assert "SUBJECT=pool counts vllm/v1/core/block_pool.py" in first
+    assert not _rows(text) and "count 1/" not in proc.stderr
+
+
+# ------------------------------------------------------------------ the pool subject
+
+
+@pytest.fixture(scope="module")
+def pool_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git repository of our test pool (tests/pools): ``main``, and ``slow`` with a
+    wasted loop in ``get_new_blocks`` (block_pool.py only)."""
+    repo = tmp_path_factory.mktemp("pool-contributor") / "vllm"
+    pool = poolutil.write_fixture_pool(repo / "vllm" / "v1" / "core")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the pool")
+    _git(repo, "checkout", "-q", "-b", "slow")
+    taken = "        taken = self.free_block_queue.popleft_n(num_blocks)\n"
+    text = pool.read_text(encoding="utf-8")
+    assert taken in text
+    wasted = "        for _ in range(20):  # wasted\n            pass\n"
+    pool.write_text(text.replace(taken, wasted + taken), encoding="utf-8")
+    _git(repo, "commit", "-q", "-am", "get_new_blocks: a wasted loop")
+    _git(repo, "checkout", "-q", "main")
+    return repo
+
+
+@pytest.mark.slow
+def test_a_change_in_block_pool_py_is_counted_by_the_pool_subject(
+    pool_repo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "regress.md"
+    proc = _make(
+        "regress",
+        f"BASE=git:{pool_repo}@main",
+        f"HEAD=git:{pool_repo}@slow",
+        "SUBJECT=pool",
+        "CASES=loop10",
+        f"OUT={out}",
+        timeout=900,
+    )
+    # Make's own status for a failed recipe; the command's (1) is in its Error line.
+    assert proc.returncode == 2 and "Error 1" in proc.stderr, proc.stderr[-2000:]
+    text = out.read_text(encoding="utf-8")
+    first = text.splitlines()[0]
+    assert first.startswith("**Instruction-count regression check, SUBJECT=pool: FAILED**")
+    assert "loop10 (pool 2,048)" in first and "more instructions" in first
+    assert float(_rows(text)["loop10"]["reduction"]) < -1
+    assert ":vllm/v1/core/block_pool.py" in text and "SUBJECT=pool" in text
 
 
 # ------------------------------------------------------------------ verdicts (nothing run)
@@ -258,18 +350,20 @@ def test_a_cell_above_its_threshold_regresses_and_below_minus_it_improves() -> N
     cells, resolution = _judge(
         {
             ("base", "alloc1"): 3000.0,
-            ("head", "alloc1"): 3030.0,  # +1.0 %
+            ("head", "alloc1"): 3030.0,  # 1.0 % more: reduction -1.0 %
             ("base", "mix"): 4000.0,
-            ("head", "mix"): 4008.0,  # +0.2 %
+            ("head", "mix"): 4008.0,  # reduction -0.2 %
             ("base", "remove"): 2000.0,
-            ("head", "remove"): 1900.0,  # -5 %
+            ("head", "remove"): 1900.0,  # 5 % fewer: reduction +5 %
         },
         {"alloc1": 0.5, "mix": 0.5, "remove": 0.5},
     )
     by = {c.case: c for c in cells}
     assert [c.case for c in cells] == ["alloc1", "mix", "remove"]  # the bench's order
     assert by["alloc1"].verdict == regression_check.REGRESSED
-    assert by["alloc1"].change_pct == pytest.approx(1.0, abs=1e-3)
+    # The project's one sign (docs/design.md §5): a reduction, negative = more.
+    assert by["alloc1"].reduction_pct == pytest.approx(-1.0, abs=1e-3)
+    assert by["remove"].reduction_pct == pytest.approx(5.0, abs=1e-3)
     assert by["mix"].verdict == regression_check.OK
     assert by["remove"].verdict == regression_check.IMPROVED
     assert resolution == 0.0 and not any(c.raised for c in cells)
@@ -284,7 +378,7 @@ def test_a_per_case_threshold_decides_its_case_alone() -> None:
 
 def test_a_threshold_is_never_below_ten_times_the_measured_resolution() -> None:
     # Two identical zero runs 3 instructions per operation apart: 10 x 3 / 3000 = 1 %.
-    per_op = {("base", "alloc1"): 3000.0, ("head", "alloc1"): 3024.0}  # +0.8 %
+    per_op = {("base", "alloc1"): 3000.0, ("head", "alloc1"): 3024.0}  # reduction -0.8 %
     cells, resolution = _judge(per_op, {"alloc1": 0.5}, spread=3.0)
     (cell,) = cells
     assert resolution == pytest.approx(3.0, abs=1e-3)
@@ -292,27 +386,33 @@ def test_a_threshold_is_never_below_ten_times_the_measured_resolution() -> None:
     assert cell.verdict == "ok"
 
 
-def _comparison(cells: list[regression_check.CellVerdict]) -> regression_check.Comparison:
-    def result(label: str, ref: str, commit: str) -> dict[str, Any]:
-        return {
+def _gate_result(label: str, ref: str, commit: str, sha: str = "c" * 64) -> dict[str, Any]:
+    """A queue's gate result as ``validate --json`` gives it (the fields read here)."""
+    return {
+        "label": label,
+        "sha256": sha,
+        "provenance": {
             "label": label,
-            "provenance": {
-                "label": label,
-                "source": f"git:/src/vllm@{ref}",
-                "resolved_path": f"/src/vllm@{commit}:{MEMBER} (ref {ref})",
-                "class_sha256": "c" * 64,
-                "block_source": "git:/src/vllm@main",
-                "block_class_sha256": "b" * 64,
-            },
-        }
+            "source": f"git:/src/vllm@{ref}",
+            "resolved_path": f"/src/vllm@{commit}:{MEMBER} (ref {ref})",
+            "class_sha256": sha,
+            "block_source": "git:/src/vllm@main",
+            "block_class_sha256": "b" * 64,
+        },
+    }
 
+
+def _comparison(
+    cells: list[regression_check.CellVerdict], head_commit: str = "2" * 40
+) -> regression_check.Comparison:
     return regression_check.Comparison(
         cells=tuple(cells),
         resolution=0.024,
-        gate=(result("base", "main", "1" * 40), result("mine", "mine", "2" * 40)),
+        gate=(_gate_result("base", "main", "1" * 40), _gate_result("mine", "mine", head_commit)),
         python={"implementation": "CPython", "version": "3.11.7", "executable": "/py/python3"},
         valgrind=cachegrind.Valgrind("/usr/bin/valgrind", "valgrind-3.19.0", False),
         seconds=61.0,
+        identical=not cells,
     )
 
 
@@ -331,10 +431,11 @@ def test_the_markdown_names_the_case_the_counts_the_change_and_the_sources() -> 
     text = regression_check.markdown(r, comparison)
     lines = text.splitlines()
     assert lines[0] == (
-        "**Instruction-count regression check: FAILED**: 1 of 2 cells regressed beyond "
-        "their threshold: popappend (pool 2,048) 2,408.7 → 4,390.9 instructions/op "
-        "(+82.29 %, threshold 1 %)."
+        "**Instruction-count regression check, SUBJECT=queue: FAILED**: 1 of 2 cells "
+        "regressed beyond their threshold: popappend (pool 2,048) 2,408.7 → 4,390.9 "
+        "instructions/op (reduction -82.29 %: 82.29 % more instructions, threshold 1 %)."
     )
+    assert "| -82.29 % |" in text and "+82.29" not in text
     rows = _rows(text)
     assert rows["popappend"]["verdict"] == "**regressed**"
     assert rows["alloc1"]["threshold"] == "2" and rows["alloc1"]["verdict"] == "ok"
@@ -358,8 +459,8 @@ def test_a_passing_check_says_so_with_its_largest_change() -> None:
     )
     line = regression_check.verdict_line(cells)
     assert line == (
-        "**Instruction-count regression check: passed**: no cell above its threshold "
-        "(largest change +0.04 %, mix (pool 2,048))."
+        "**Instruction-count regression check, SUBJECT=queue: passed**: no cell above its "
+        "threshold (lowest reduction -0.04 %, mix (pool 2,048))."
     )
     assert _comparison(cells).exit_status() == 0
 
@@ -413,6 +514,14 @@ def test_bad_input_exits_2_in_one_line_before_anything_runs(
     argv = ["regress", "--base", "kvqueue", "--head", "kvqueue", "--out", str(tmp_path)]
     assert cli.main(argv) == 2
     assert "is a folder" in capsys.readouterr().err
+    # Once the sources are being read, OUT says why the check stopped (for CI's comment).
+    out = tmp_path / "regress.md"
+    argv = ["regress", "--base", f"git:{missing}@main", "--head", "kvqueue", "--out", str(out)]
+    assert cli.main(argv) == 2
+    wrote, error = capsys.readouterr().err.splitlines()
+    assert wrote == f"regress: wrote {out}" and "does not exist" in error
+    first = out.read_text(encoding="utf-8").splitlines()[0]
+    assert "not run, bad input**" in first and "does not exist" in first
 
 
 def test_the_command_is_declared_once_for_the_cli_make_and_the_environment(
@@ -422,7 +531,7 @@ def test_the_command_is_declared_once_for_the_cli_make_and_the_environment(
     variables = cli.reads("regress")
     assert variables == [
         "BASE", "HEAD", "THRESHOLD", "THRESHOLDS", "OUT",
-        "PYTHON", "CASES", "POOLS", "BLOCK_MODE", "GATE_OPS",
+        "PYTHON", "CASES", "POOLS", "BLOCK_MODE", "GATE_OPS", "SUBJECT",
     ]  # fmt: skip
     with pytest.raises(SystemExit):
         cli.main(["regress", "--help"])
@@ -471,3 +580,157 @@ def test_from_env_reads_exactly_the_declared_variables(
     assert r.per_case == {"mix": 0.2, "remove": regression_params.DEFAULT_THRESHOLD_PCT}
     assert r.bench.variants == ("base=kvqueue", "head=kvqueue:floor")
     assert not math.isnan(r.params.threshold)
+
+
+# ------------------------------------------------------------------ CI: statuses, OUT
+
+
+def test_identical_code_is_one_line_saying_where_the_change_may_be() -> None:
+    r = regression_params.from_text({"base": "git:/src/vllm@main", "head": "git:/src/vllm@mine"})
+    text = regression_check.markdown(r, _comparison([]))
+    first = text.splitlines()[0]
+    assert first.startswith(
+        "**Instruction-count regression check, SUBJECT=queue: identical code, nothing counted**"
+    )
+    assert "no cell can regress" in first and "SUBJECT=pool counts" in first
+    assert "passed" not in first and not _rows(text)
+    same = regression_check.markdown(r, _comparison([], head_commit="1" * 40)).splitlines()[0]
+    assert f"HEAD and BASE resolved to one commit ({'1' * 40}): check the refs" in same
+    assert text.rstrip().endswith("exit status 0, passed -->")
+
+
+def test_same_code_is_what_the_workers_run() -> None:
+    base = _gate_result("base", "main", "1" * 40)
+    assert regression_check.same_code([base, _gate_result("head", "x", "2" * 40)])
+    assert not regression_check.same_code([base, _gate_result("head", "x", "2" * 40, "d" * 64)])
+    own_block = _gate_result("head", "x", "2" * 40)
+    own_block["provenance"]["block_class_sha256"] = "e" * 64  # BLOCK_MODE=own
+    assert not regression_check.same_code([base, own_block])
+
+
+def test_the_pool_subject_takes_the_route_of_quick_and_bench() -> None:
+    r = regression_params.from_text(
+        {"base": "git:/v@main", "head": "git:/v@mine", "subject": "pool"}
+    )
+    assert r.bench.subject == schema.SUBJECT_POOL and r.bench.cases == schema.POOL_CASES
+    assert r.bench.labels == ["pool:base", "pool:head"]
+    assert set(r.per_case) == set(schema.POOL_CASES)
+    loop = regression_params.from_text(
+        {"base": "a", "head": "b", "subject": "pool", "thresholds": "loop10=2"}
+    )
+    assert loop.per_case["loop10"] == 2.0
+    with pytest.raises(BenchInputError, match="'alloc1' is not a counted case"):
+        regression_params.from_text(
+            {"base": "a", "head": "b", "subject": "pool", "thresholds": "alloc1=2"}
+        )
+    lines = regression_check.reproduce_command(r, ("git:/v@1", "git:/v@2"), "/py")
+    assert "SUBJECT=pool" in lines[-1] and "CASES" not in lines[-1]
+
+
+_GATE_REPORT = (
+    "validation gate refused a variant; nothing was timed\n"
+    "gate FAIL head: 1,200 ops\n"
+    "    operation #3 popleft(): block 4 is not in the queue but its links are not cleared\n"
+    "    (prev, next) expected: (None, None)\n"
+    "    (prev, next) got:      (None, 9)"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "first_words"),
+    [
+        (BenchInputError("no such commit"), 2, "not run, bad input**: no such commit"),
+        (
+            GateRefused(_GATE_REPORT, failure="gate FAIL head: 1,200 ops: operation #3"),
+            3,
+            "REFUSED by the validation gate**: a source breaks the contract, so nothing was "
+            "counted: gate FAIL head: 1,200 ops: operation #3",
+        ),
+        (BenchError("a counted process died"), 4, "not counted**: a counted process died"),
+        (
+            MachineBusy("another bench is running on this machine (pid 1, make quick)"),
+            4,
+            "not counted**: another bench is running on this machine",
+        ),
+    ],
+)
+def test_each_outcome_exits_its_own_status_and_out_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    error: Exception,
+    status: int,
+    first_words: str,
+) -> None:
+    def stopped(r: regression_params.Regress, announce: str = "") -> regression_check.Comparison:
+        raise error
+
+    monkeypatch.setattr(regression_check, "compare", stopped)
+    out = tmp_path / "regress.md"
+    argv = ["regress", "--base", "git:/src/vllm@main", "--head", "kvqueue", "--out", str(out)]
+    assert cli.main(argv) == status
+    assert set(regression_params.EXIT_STATUSES) == {0, 1, 2, 3, 4}
+    err = capsys.readouterr().err
+    assert f"make regress: {str(error).splitlines()[0]}" in err
+    text = out.read_text(encoding="utf-8")
+    assert text.splitlines()[0].startswith(
+        f"**Instruction-count regression check, SUBJECT=queue: {first_words}"
+    )
+    assert "BASE=git:/src/vllm@main" in text and "SUBJECT=queue" in text
+    meaning = regression_params.EXIT_STATUSES[status].split(":")[0]
+    assert text.rstrip().endswith(f"exit status {status}, {meaning} -->")
+    if status == 3:
+        assert "(prev, next) got:      (None, 9)" in text
+
+
+def test_out_replaces_only_its_own_earlier_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The rule of TRACE_OUT (an existing file is never replaced), but for the command's
+    own earlier output: CI reruns a check into one OUT."""
+
+    def stopped(r: regression_params.Regress, announce: str = "") -> regression_check.Comparison:
+        raise BenchError("a counted process died")
+
+    monkeypatch.setattr(regression_check, "compare", stopped)
+
+    def regress(out: Path | str) -> int:
+        return cli.main(["regress", "--base", "kvqueue", "--head", "kvqueue", "--out", str(out)])
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# a file of the contributor\n", encoding="utf-8")
+    assert regress(readme) == 2
+    assert readme.read_text(encoding="utf-8") == "# a file of the contributor\n"
+    assert "is not an earlier make regress output: not overwritten" in capsys.readouterr().err
+    out = tmp_path / "regress.md"
+    assert regress(out) == 4 and out.read_text(encoding="utf-8").startswith("**")
+    assert regress(out) == 4  # its own earlier output: replaced
+    link = tmp_path / "link.md"
+    link.symlink_to(out)
+    for refused in (link, Path(os.devnull), tmp_path):
+        capsys.readouterr()
+        assert regress(refused) == 2
+        assert "OUT: " in capsys.readouterr().err
+    assert not (tmp_path / "regress.md.tmp").exists()
+
+
+def test_the_readme_ci_recipes_run_on_every_file_read_for_every_subject() -> None:
+    """The GitHub Actions job triggers on each file a subject reads, and both recipes
+    check every subject (a subject added to kvqueue.schema.SUBJECTS must be added here)."""
+    from fnmatch import fnmatch
+
+    from kvqueue.sources.release_cache import POOL_MEMBERS
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### A regression check for your change") :]
+    section = section[: section.index("\n### ")]
+    (paths,) = re.findall(r"paths: \[(.*)\]", section)
+    patterns = [p.strip().strip('"') for p in paths.split(",")]
+    for member in (MEMBER, *POOL_MEMBERS):
+        assert any(fnmatch(member, p) for p in patterns), member
+    loops = re.findall(r"for subject in ([\w ]+); do", section)
+    assert len(loops) == 2 and all(loop.split() == list(schema.SUBJECTS) for loop in loops)
+    # Both post the Markdown whatever the status: from the command, not Make's 2.
+    assert "make -C /tmp/kvqueue-bench regress" not in section
+    assert section.count("-m kvqueue regress \\\n") == 1  # GitHub Actions
+    assert section.count("-m kvqueue regress --subject") == 1  # Buildkite

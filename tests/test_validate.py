@@ -533,8 +533,9 @@ def test_cli_failing_variant_exit_1_with_diff(run_cli, broken_file):
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout
     assert "operation #1 remove(block " in proc.stdout
-    assert "expected: (None, None)" in proc.stdout
-    assert "got:      (" in proc.stdout
+    # The pair's fields are named (issue 36): which of the two links is not cleared.
+    assert "(prev, next) expected: (None, None)" in proc.stdout
+    assert "(prev, next) got:      (" in proc.stdout
     assert proc.stderr.strip() == f"refused: {source}"
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic import PYTHONS, THIRD_PAIR, write_fixture, write_hosts
+from synthetic import PYTHONS, THIRD_PAIR, write_fixture, write_hosts, write_run
 
-from kvqueue import formatting
+from kvqueue import formatting, schema
+from kvqueue.ab import ab_tables, count_tables
 from kvqueue.history import history_diffs
 from kvqueue.params import report_params
 from kvqueue.processed import store
@@ -445,10 +446,12 @@ def test_the_overview_names_the_pairs_its_runs_compare(fixture_data: store.Proce
 
 
 def test_cases_are_selectable(fixture_data: store.Processed) -> None:
+    # Selected cases come first; every other measured case is folded, never dropped.
     default = _writeup(fixture_data)
-    assert "remove ·" not in default
+    assert "remove ·" not in _visible(default) and "remove ·" in default
     chosen = _writeup(fixture_data, cases=("remove",))
-    assert "remove · " in chosen and "alloc1 · " not in chosen
+    assert "remove · " in _visible(chosen) and "alloc1 · " not in _visible(chosen)
+    assert "The other measured cases (alloc1, alloc2, mix)" in chosen
     # A case the runs did not measure is named, never shown empty.
     missing = _writeup(fixture_data, cases=("alloc1", "alloc32"))
     assert "Not measured in these runs: `alloc32`" in missing
@@ -609,3 +612,100 @@ def test_report_refuses_an_unknown_case_before_writing(tmp_path: Path, capsys) -
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown case 'nope'" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# a writeup that reads right either way (issue 36)
+
+
+@pytest.fixture(scope="module")
+def slower(tmp_path_factory: pytest.TempPathFactory) -> store.Processed:
+    """One run where the candidate takes 17 % more time in every case (seven cases)."""
+    root = tmp_path_factory.mktemp("slower")
+    write_run(
+        root / "raw",
+        host="synth",
+        sources=("vllm==0.31.0", "vllm==0.32.0"),
+        factors={"vllm==0.31.0": 1.0, "vllm==0.32.0": 1.17},
+        processes=7,
+        confirm_processes=0,
+        samples=3,
+        pools=(2048,),
+        python_version="3.11.7",
+    )
+    return processed_build.build(root / "raw", root / "processed", FAST)
+
+
+_VERDICT = re.compile(
+    r"\*\*`vllm==0\.32\.0` makes alloc1, alloc2, alloc8, alloc32, mix, popappend and remove "
+    r"(1\d\.\d)–(1\d\.\d) % slower than `vllm==0\.31\.0` on CPython 3\.11\.7, one host "
+    r"\(synth\)\.\*\*"
+)
+
+
+def test_a_slower_change_opens_with_its_verdict_and_shows_every_case(
+    slower: store.Processed,
+) -> None:
+    md = _writeup(slower)
+    title, first = md.split("\n\n")[:2]
+    assert title == "## `vllm==0.32.0` vs `vllm==0.31.0`"
+    found = _VERDICT.fullmatch(first)
+    assert found, first
+    assert 13 <= float(found[1]) <= float(found[2]) <= 19  # 1 − 1.17 = −17 %, noisy
+    # The headline cases visible, every other measured case folded, none dropped.
+    visible = _visible(md)
+    for case in ("alloc1", "alloc2", "mix"):
+        assert f"{case} · 2,048" in visible
+    for case in ("alloc8", "alloc32", "popappend", "remove"):
+        assert f"{case} · 2,048" not in visible and f"{case} · 2,048" in md
+    assert "The other measured cases (alloc8, alloc32, popappend, remove)" in md
+
+
+def test_the_verdict_names_each_kind_of_cell_with_its_share(slower: store.Processed) -> None:
+    summary = slower.summary.copy()
+    unchanged = summary["case"] == "remove"
+    summary.loc[unchanged, "verdict"] = "no change within ±1%"
+    summary.loc[summary["case"] == "mix", "verdict"] = "inconclusive"
+    data = dataclasses.replace(slower, summary=summary)
+    sentence = ab_tables.verdict_sentence(data, schema.CASES)
+    assert sentence.startswith(
+        "`vllm==0.32.0` makes alloc1, alloc2, alloc8, alloc32 and popappend "
+    )
+    assert " % slower (5 of 7 cells) than `vllm==0.31.0` on CPython 3.11.7, one host" in sentence
+    assert sentence.endswith(
+        "; remove no change within ±1% (1 of 7 cells); mix inconclusive (1 of 7 cells)."
+    )
+
+
+def _agreement_cells(time: float, instr: float, n: int = 4) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "host": ["h"] * n,
+            "interpreter": ["CPython 3.11.7"] * n,
+            "case": ["alloc2", "alloc8", "alloc32", "mix"][:n],
+            "pool": [2048] * n,
+            "candidate": ["mine"] * n,
+            "baseline": ["main"] * n,
+            "time": [time] * n,
+            "ci_low": [time - 0.01] * n,
+            "ci_high": [time + 0.01] * n,
+            "instr": [instr] * n,
+            "cycles": [np.nan] * n,
+            "gap_pp": [100 * (time - instr)] * n,
+        }
+    )
+
+
+def test_instructions_beside_time_read_right_for_a_slowdown() -> None:
+    # 17 % slower for 10.5 % more instructions: the instructions added were costly ones.
+    slow = count_tables.agreement_sentence(_agreement_cells(-0.17, -0.105))
+    assert "Where both rose (4 cells: the candidate is slower" in slow
+    assert "time rose further than instructions in 4: the instructions added were costly" in slow
+    assert "saved" not in slow and "fell" not in slow
+    # 5 % slower for 10 % more instructions: the instructions added were cheap ones.
+    cheap = count_tables.agreement_sentence(_agreement_cells(-0.05, -0.10))
+    assert "time rose less than instructions in 4: the instructions added were cheap" in cheap
+    # A speed-up reads as before.
+    fast = count_tables.agreement_sentence(_agreement_cells(0.05, 0.10))
+    assert "Where both fell (4 cells" in fast and "instructions saved were cheap" in fast
+    assert "rose" not in fast

@@ -203,6 +203,66 @@ def _range_cell(cells: pd.DataFrame) -> str:
     return f"{text}; {verdict_counts(cells['verdict'])}"
 
 
+def _listed(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _span(values: pd.Series) -> str:
+    """The range of some percentages (fractions in, magnitudes out): ``15.2–18.4 %``."""
+    lo, hi = f"{100 * values.min():.1f}", f"{100 * values.max():.1f}"
+    return f"{lo} %" if lo == hi else f"{lo}–{hi} %"
+
+
+def verdict_sentence(data: store.Processed, cases: Sequence[str]) -> str:
+    """The writeup's opening sentence, one a reviewer can paste: what the candidate does
+    to each case against the baseline, by how much and where, e.g. "`X` makes alloc2,
+    alloc8 and alloc32 15.2–18.4 % slower than `Y` on CPython 3.11.7, one host (h)."
+
+    Over every headline cell (main phase) of ``cases`` of the first comparison in
+    ``data`` (a writeup's data holds one): the cells judged faster and those judged
+    slower, each with the range of their reductions' size, then those with no change and
+    the inconclusive ones; a group that is not every cell says how many it is.
+
+    Returns
+    -------
+    str
+        The sentence ('' when no cell was measured).
+    """
+    sel = comparison_rows(data, cases)
+    if sel.empty:
+        return ""
+    cand, base = sel["candidate"].iloc[0], sel["baseline"].iloc[0]
+    sel = sel[(sel["candidate"] == cand) & (sel["baseline"] == base)]
+    n = len(sel)
+
+    def group(cells: pd.DataFrame, said: str) -> str:
+        share = "" if len(cells) == n else f" ({len(cells)} of {n} cells)"
+        return f"{_listed(list(dict.fromkeys(cells['case'])))} {said}{share}"
+
+    verdicts = sel["verdict"].fillna(paired_stats.INCONCLUSIVE).astype(str)
+    moved = [
+        group(cells, f"{_span(cells['reduction'].abs())} {word}")
+        for word in (paired_stats.FASTER, paired_stats.SLOWER)
+        if not (cells := sel[verdicts == word]).empty
+    ]
+    unchanged = verdicts.str.startswith("no change")
+    same = sel[unchanged]
+    unclear = sel[~verdicts.isin([paired_stats.FASTER, paired_stats.SLOWER]) & ~unchanged]
+    rest = [group(same, str(same["verdict"].iloc[0]))] if len(same) else []
+    rest += [group(unclear, paired_stats.INCONCLUSIVE)] if len(unclear) else []
+    pythons = list(dict.fromkeys(sorted(sel["interpreter"].astype(str))))
+    hosts = sorted(sel["host"].astype(str).unique())
+    where = f"on {_listed(pythons)}, " + (
+        f"one host ({hosts[0]})" if len(hosts) == 1 else f"{len(hosts)} hosts ({', '.join(hosts)})"
+    )
+    if moved:
+        text = f"`{cand}` makes {' and '.join(moved)} than `{base}` {where}"
+        return text + (f"; {'; '.join(rest)}." if rest else ".")
+    return f"`{cand}` against `{base}` {where}: {'; '.join(rest)}."
+
+
 def summary_table(data: store.Processed, cases: Sequence[str] = HEADLINE_CASES) -> pd.DataFrame:
     """The answer at a glance: per comparison and case, the range over each host's cells.
 

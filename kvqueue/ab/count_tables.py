@@ -84,33 +84,61 @@ def agreement_table(cells: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _direction_sentence(both: pd.DataFrame, fell: bool) -> str:
+    """What the cells where time and instructions moved the same way say, read in that
+    direction: both fell (the candidate faster and executing fewer), or both rose."""
+    if both.empty:
+        return ""
+    # Further = a larger magnitude of time than of instructions, in that direction.
+    further = int((both["time"].abs() > both["instr"].abs()).sum())
+    n = len(both)
+    moved = "fell" if fell else "rose"
+    where = (
+        f"Where both fell ({n} cell{'s' if n != 1 else ''}: the candidate is faster and "
+        "executes fewer instructions)"
+        if fell
+        else f"Where both rose ({n} cell{'s' if n != 1 else ''}: the candidate is slower "
+        "and executes more instructions)"
+    )
+    if further > n / 2:
+        why = (
+            "the change also cut what an instruction count does not weigh: loads that "
+            "wait on memory and mispredicted branches"
+            if fell
+            else "the instructions added were costly ones, or brought what a count does "
+            "not weigh: loads that wait on memory, mispredicted branches"
+        )
+        return f"{where}, time {moved} further than instructions in {further}: {why}."
+    what = "saved" if fell else "added"
+    return (
+        f"{where}, time {moved} less than instructions in {n - further}: the instructions "
+        f"{what} were cheap ones (already in cache, well predicted)."
+    )
+
+
 def agreement_sentence(cells: pd.DataFrame) -> str:
-    """One paragraph on how far counts and time agree, from the cells shown ('' if none)."""
+    """One paragraph on how far counts and time agree, from the cells shown ('' if none),
+    true whichever way they moved: cells where both fell and cells where both rose are
+    read apart, cells where they disagree in sign are counted."""
     if cells.empty:
         return ""
     n = len(cells)
     inside = int(((cells["instr"] >= cells["ci_low"]) & (cells["instr"] <= cells["ci_high"])).sum())
-    more = int((cells["gap_pp"] > 0).sum())
     median_gap = float(cells["gap_pp"].median())
     widest = cells.loc[cells["gap_pp"].abs().idxmax()]
     text = (
         f"In {inside} of {n} cells the instruction reduction lies inside the time "
-        f"interval. Time fell more than instructions in {more} of {n} cells (median gap "
-        f"{median_gap:+.1f} pp; widest: {widest['candidate']} vs {widest['baseline']}, "
-        f"{widest['case']} on {widest['interpreter']}, time {fmt_signed_pct(widest['time'])} "
-        f"against instructions {fmt_signed_pct(widest['instr'])}). "
+        f"interval; the median gap, time minus instruction reduction, is {median_gap:+.1f} "
+        f"pp (widest: {widest['candidate']} vs {widest['baseline']}, {widest['case']} on "
+        f"{widest['interpreter']}, time {fmt_signed_pct(widest['time'])} against "
+        f"instructions {fmt_signed_pct(widest['instr'])})."
     )
-    if more > n / 2:
-        text += (
-            "Where time falls further than instructions, the change also cut what an "
-            "instruction count does not weigh: loads that wait on memory and mispredicted "
-            "branches."
-        )
-    else:
-        text += (
-            "Where time falls less than instructions, the instructions saved were cheap "
-            "ones (already in cache, well predicted)."
-        )
+    for fell in (True, False):
+        sign = 1 if fell else -1
+        both = cells[(sign * cells["time"] > 0) & (sign * cells["instr"] > 0)]
+        line = _direction_sentence(both, fell)
+        if line:
+            text += " " + line
     signs = (cells["time"] > 0) == (cells["instr"] > 0)
     if not bool(signs.all()):
         text += f" In {n - int(signs.sum())} cells the two disagree in sign."

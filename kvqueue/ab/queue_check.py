@@ -323,14 +323,16 @@ def compare_lines(
         if ref is None:
             lines.append(f"  {case}: {value:,.1f} instructions/op (no reference)")
             continue
-        change = 100.0 * (value / ref - 1.0)
+        # The project's one sign (docs/design.md §5): a reduction, negative = more.
+        reduction = 100.0 * (1.0 - value / ref)
         verdict = "ok"
-        if change > threshold:
-            verdict, failed = f"SLOWER (> +{threshold:g} %)", True
-        elif change < -threshold:
-            verdict = "faster: record it with UPDATE=1"
+        if reduction < -threshold:
+            verdict, failed = f"MORE INSTRUCTIONS (reduction below -{threshold:g} %)", True
+        elif reduction > threshold:
+            verdict = "fewer instructions: record it with UPDATE=1"
         lines.append(
-            f"  {case}: {value:,.1f} instructions/op vs {ref:,.1f} ({change:+.2f} %) {verdict}"
+            f"  {case}: {value:,.1f} instructions/op vs {ref:,.1f} "
+            f"(reduction {reduction:+.2f} %) {verdict}"
         )
     return lines, failed
 
@@ -366,7 +368,7 @@ def update_lines(
         if isinstance(was, int | float) and was:
             lines.append(
                 f"  {case}: {was:,.1f} -> {value:,.1f} instructions/op "
-                f"({100.0 * (value / was - 1.0):+.2f} %)"
+                f"(reduction {100.0 * (1.0 - value / was):+.2f} %)"
             )
         else:
             lines.append(f"  {case}: new {value:,.1f} instructions/op")
@@ -434,7 +436,7 @@ def summary(outcomes: Sequence[Outcome]) -> str:
         if o.status == "error":
             why = o.lines[0].split(": count failed: ", 1)[-1]
         else:
-            why = "; ".join(ln.strip() for ln in o.lines[1:] if "SLOWER" in ln)
+            why = "; ".join(ln.strip() for ln in o.lines[1:] if "MORE INSTRUCTIONS" in ln)
         parts.append(f"CPython {short[o.python]} {o.status.upper()}: {why}")
     for status in ("ok", "recorded", "skipped"):
         names = [short[o.python] for o in outcomes if o.status == status]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvqueue.gate.naming import ValidationError, ends, namer
+from kvqueue.gate.naming import LINKS, ValidationError, ends, expected_got, namer
 from kvqueue.sources.loader import QUEUE_METHODS, STRUCTURE_HEAD_TAIL, Variant
 
 
@@ -413,17 +413,17 @@ def _compare_one(
     for key in ("outcome", "num_free_blocks", "links"):
         if want.get(key) == got.get(key):
             continue
-        detail = key
+        detail, fields = key, ""
         if key == "links":
             keys = list(dict.fromkeys([*want[key], *got[key]]))
             diff = [k for k in keys if want[key].get(k) != got[key].get(k)]
-            detail = f"links of block(s) {diff} (prev, next)"
+            detail, fields = f"links of block(s) {diff}", f"{{block: {LINKS}}}"
             want_v = {k: want[key].get(k) for k in diff}
             got_v = {k: got[key].get(k) for k in diff}
         else:
             want_v, got_v = want.get(key), got.get(key)
         raise ValidationError(
             0,
-            f"invalid operation {index} '{scenario[0]}': {detail} differs from "
-            f"{versus}\n    expected: {want_v!r}\n    got:      {got_v!r}",
+            f"invalid operation {index} '{scenario[0]}': {detail} differs from {versus}\n"
+            + expected_got(want_v, got_v, fields).rstrip("\n"),
         )

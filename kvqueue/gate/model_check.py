@@ -15,7 +15,7 @@ import itertools
 import random
 from typing import Any
 
-from kvqueue.gate.naming import ValidationError, ends, first_last, ids, namer
+from kvqueue.gate.naming import LINKS, ValidationError, ends, expected_got, first_last, ids, namer
 from kvqueue.sources.loader import STRUCTURE_HEAD_TAIL, Variant
 
 DEFAULT_OPS = 60_000
@@ -35,13 +35,12 @@ class _ModelRun:
         self.op_index = 0
         self.op_desc = ""
 
-    def fail(self, what: str, expected: Any, got: Any) -> None:
+    def fail(self, what: str, expected: Any, got: Any, fields: str = "") -> None:
         raise ValidationError(
             self.op_index - 1,
             f"operation #{self.op_index} {self.op_desc}: {what}\n"
-            f"    expected: {expected!r}\n"
-            f"    got:      {got!r}\n"
-            f"    model before the operation: {self.model_before}",
+            + expected_got(expected, got, fields)
+            + f"    model before the operation: {self.model_before}",
         )
 
     def new_episode(self) -> None:
@@ -103,6 +102,7 @@ class _ModelRun:
                     f"block {b.block_id} is not in the queue but its links are not cleared",
                     (None, None),
                     (name(b.prev_free_block), name(b.next_free_block)),
+                    LINKS,
                 )
 
     def step(self) -> None:

@@ -1,9 +1,10 @@
 """How the gate names what it compares, and how it reports the first divergence.
 
 The queue's two ends (sentinel blocks, or ``None`` for the head-tail structure), a block's
-printable name (its id, ``HEAD``/``TAIL``), and :class:`ValidationError`, raised by every
+printable name (its id, ``HEAD``/``TAIL``), :class:`ValidationError`, raised by every
 part of the gate (:mod:`kvqueue.gate.model_check`, :mod:`kvqueue.gate.size_check`,
-:mod:`kvqueue.gate.invalid_ops`) at the first operation that diverges.
+:mod:`kvqueue.gate.invalid_ops`) at the first operation that diverges, and the two lines
+that say what was expected and what came (:func:`expected_got`), their fields named.
 
 Standard library only: the runner executes this under the interpreter being measured.
 """
@@ -65,3 +66,15 @@ def namer(q: Any, head: Any = "sentinels", tail: Any = None) -> Callable[[Any], 
 def ids(blocks: Any) -> list[Any]:
     """The blocks' ids (``repr`` of anything without one), in order."""
     return [getattr(b, "block_id", repr(b)) for b in blocks]
+
+
+#: The fields of a block's two links, as :func:`expected_got` labels a pair of them.
+LINKS = "(prev, next)"
+
+
+def expected_got(expected: Any, got: Any, fields: str = "") -> str:
+    """The two lines of a divergence, each naming ``fields`` when the values are tuples
+    of them (``(prev, next) expected: (None, None)`` / ``(prev, next) got: (None, 9)``),
+    so that a reader does not have to guess which is which."""
+    label = f"{fields} " if fields else ""
+    return f"    {label}expected: {expected!r}\n    {label}got:      {got!r}\n"

@@ -23,7 +23,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.gate.model_check import DEFAULT_OPS, DEFAULT_SEED
-from kvqueue.gate.naming import ValidationError, ends, first_last, ids, namer
+from kvqueue.gate.naming import LINKS, ValidationError, ends, expected_got, first_last, ids, namer
 from kvqueue.sources.loader import Variant
 from kvqueue.subjects import queue_cases
 
@@ -87,13 +87,12 @@ class _SizedRun:
         self.held_pos = [-1] * size  # position of each index in ``held``, -1 when free
         self.dirty: list[int] = []  # indices whose links the last operation changed
 
-    def fail(self, what: str, expected: Any, got: Any) -> None:
+    def fail(self, what: str, expected: Any, got: Any, fields: str = "") -> None:
         raise ValidationError(
             self.passed,
             f"size {self.size}: {self.where}: {what}\n"
-            f"    expected: {expected!r}\n"
-            f"    got:      {got!r}\n"
-            f"    {self.state}: {self.count_before:,} blocks free, "
+            + expected_got(expected, got, fields)
+            + f"    {self.state}: {self.count_before:,} blocks free, "
             f"{self.size - self.count_before:,} out of the queue",
         )
 
@@ -258,9 +257,10 @@ class _SizedRun:
             first, last = q.free_list_head, q.free_list_tail
             if first is not objs[nxt[self.head_i]] or last is not objs[prv[self.tail_i]]:
                 self.fail(
-                    "free_list_head, free_list_tail",
+                    "the two ends",
                     (name(objs[nxt[self.head_i]]), name(objs[prv[self.tail_i]])),
                     (name(first), name(last)),
+                    "(free_list_head, free_list_tail)",
                 )
         elif q.fake_free_list_head is not self.head or q.fake_free_list_tail is not self.tail:
             self.fail("a sentinel object was replaced", "same sentinels", "new objects")
@@ -274,8 +274,8 @@ class _SizedRun:
             if prv[i] == self.nil and i < self.size:
                 what = f"block {i} is not in the queue but its links are not cleared"
             else:
-                what = f"links of {name(block)} (prev, next)"
-            self.fail(what, (name(objs[prv[i]]), name(objs[nxt[i]])), got)
+                what = f"links of {name(block)}"
+            self.fail(what, (name(objs[prv[i]]), name(objs[nxt[i]])), got, LINKS)
         if q.num_free_blocks != self.count:
             self.fail("num_free_blocks", self.count, q.num_free_blocks)
 

@@ -17,7 +17,7 @@ import csv
 import io
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ def count_rows(
     sizes: tuple[int, ...] = (),
     valgrind: cachegrind.Valgrind | None = None,
     what: str = "the counts",
+    counted_if: Callable[[list[dict[str, Any]]], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Gate and count, writing nothing (``make quick METRIC=instructions``, ``make
     regress``): the gate's results (their commits and digests name the sources) and
@@ -90,11 +91,16 @@ def count_rows(
         valgrind as already found (default: found here).
     what
         The machine lock's holder, as a second command would be told.
+    counted_if
+        Given the gate's results, whether to count at all (``False``: no rows; ``make
+        regress`` does not count two identical codes). Default: always.
     """
     params = checked.params
     valgrind = valgrind or cachegrind.find_valgrind(params.cache_sim)
     with machine_lock.hold(what):
         gate = runner.run_gate(params, invalid=invalid, sizes=sizes)
+        if counted_if is not None and not counted_if(gate):
+            return gate, []
         return gate, cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
 
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvqueue.errors import BenchInputError
+from kvqueue.errors import MachineBusy
 from kvqueue.kernel import remove_dead_entries, stop_signals
 from kvqueue.measure.run_folder import now
 
@@ -49,8 +49,8 @@ def hold(what: str) -> Iterator[None]:
 
     Raises
     ------
-    BenchInputError
-        Another bench is running (its pid and run are named).
+    MachineBusy
+        Another bench is running (its pid and run are named; a BenchInputError).
     """
     global _held
     with stop_signals(), _lock_file(what):
@@ -68,7 +68,7 @@ def refuse_if_held() -> None:
 
     Raises
     ------
-    BenchInputError
+    MachineBusy
         Another bench is running.
     """
     if _held:
@@ -93,7 +93,7 @@ def _lock_file(what: str | None) -> Iterator[None]:
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "unknown"
-            raise BenchInputError(
+            raise MachineBusy(
                 f"another bench is running on this machine ({holder}); two timing jobs at "
                 f"once slow each other by up to a third: wait for it (lock {path})"
             ) from None

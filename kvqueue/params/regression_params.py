@@ -1,6 +1,7 @@
 """The parameters of ``make regress`` (:mod:`kvqueue.ab.regression_check`): the two
 sources compared, the thresholds, where the Markdown goes, and the bench parameters the
-count shares with ``make bench`` (interpreter, cases, pools, block mode, gate operations).
+count shares with ``make bench`` (interpreter, cases, pools, block mode, gate operations,
+subject); and the command's exit statuses (:data:`EXIT_STATUSES`).
 
 The bench's own fields are reused, not declared again (their help, kind and checks are
 :class:`~kvqueue.params.bench_params.BenchParams`'), with the defaults of a check that a
@@ -17,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvqueue import schema
-from kvqueue.errors import BenchInputError
+from kvqueue.errors import BenchInputError, GateRefused, MachineBusy
 from kvqueue.params import bench_params, spec
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.params.spec import param
@@ -39,7 +40,7 @@ DEFAULT_THRESHOLD_PCT = 1.0
 #: two identical zero runs): a smaller one would flag the count's own noise.
 RESOLUTION_FACTOR = 10.0
 #: The bench fields that ``make regress`` reads, in the order ``--help`` lists them.
-BENCH_FIELDS = ("python", "cases", "pools", "block_mode", "gate_ops")
+BENCH_FIELDS = ("python", "cases", "pools", "block_mode", "gate_ops", "subject")
 #: Defaults that differ from the bench's: one pool (each count at 100,000 blocks takes
 #: ~3x as long: 28 s against ~10 s here), so the 17 counts of the bench's seven cases
 #: take ~2 minutes on 2 vCPUs; POOLS="2048 100000" counts both.
@@ -47,6 +48,51 @@ REGRESS_DEFAULTS: dict[str, Any] = {"pools": (2048,)}
 #: Labels given to an unnamed BASE and HEAD (``NAME=SOURCE`` keeps its name).
 BASE_LABEL = "base"
 HEAD_LABEL = "head"
+
+#: Exit statuses of ``python -m kvqueue regress``, one per outcome, distinct so that CI
+#: tells a regression from a refusal or a broken input (``make regress`` exits 2 for
+#: any of them but 0: Make's own status for a failed recipe, its ``Error N`` line naming
+#: the command's N). A stop by a signal exits 128 + its number (130 Ctrl-C, 143 SIGTERM).
+EXIT_PASSED = 0
+EXIT_REGRESSED = 1
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+EXIT_NOT_COUNTED = 4
+#: Status -> what it means (the Markdown's last words, ``--help`` and the README).
+EXIT_STATUSES: dict[int, str] = {
+    EXIT_PASSED: "passed: no cell regressed beyond its threshold, or base and head run "
+    "identical code (nothing counted)",
+    EXIT_REGRESSED: "regressed: a cell executes more instructions per operation than its "
+    "threshold allows",
+    EXIT_BAD_INPUT: "bad input: a parameter, a source, the interpreter or valgrind",
+    EXIT_REFUSED: "refused by the validation gate: a source breaks the contract, nothing counted",
+    EXIT_NOT_COUNTED: "not counted: a counted process failed or the machine lock was held",
+}
+
+
+def exit_status_of(exc: BaseException) -> int:
+    """The exit status of an error that ended ``make regress`` (:data:`EXIT_STATUSES`):
+    bad input 2, a gate refusal 3, any other failure (a counted process, the machine lock
+    held by another measurement) 4."""
+    if isinstance(exc, BenchInputError) and not isinstance(exc, MachineBusy):
+        return EXIT_BAD_INPUT
+    return EXIT_REFUSED if isinstance(exc, GateRefused) else EXIT_NOT_COUNTED
+
+
+#: What each subject counts of a source: the Markdown names it, and says where else a
+#: change may be when base and head run identical code. A subject not listed is named
+#: by its ``SUBJECT`` value (:func:`subject_reads`).
+SUBJECT_READS: dict[str, str] = {
+    schema.SUBJECT_QUEUE: "the `FreeKVCacheBlockQueue` and `KVCacheBlock` classes of "
+    "vllm/v1/core/kv_cache_utils.py",
+    schema.SUBJECT_POOL: "vllm/v1/core/block_pool.py, kv_cache_utils.py and "
+    "kv_cache_metrics.py, whole (the `BlockPool` with the queue and block it runs)",
+}
+
+
+def subject_reads(subject: str) -> str:
+    """What ``SUBJECT=subject`` counts of a source (:data:`SUBJECT_READS`)."""
+    return SUBJECT_READS.get(subject, f"what SUBJECT={subject} reads")
 
 
 @dataclass(frozen=True)
@@ -174,3 +220,9 @@ def from_text(given: Mapping[str, str | bool | None]) -> Regress:
         metric="instructions",
     )
     return Regress(p, bench, per_case_thresholds(p.thresholds, p.threshold, bench.cases))
+
+
+def subject_defaults(subject: str) -> BenchParams:
+    """The bench parameters of ``make regress SUBJECT=subject`` given nothing else (its
+    cases and pools: a reproduce command writes only what differs)."""
+    return from_text({"base": BASE_LABEL, "head": HEAD_LABEL, "subject": subject}).bench

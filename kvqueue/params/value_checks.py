@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from kvqueue.errors import BenchInputError
@@ -67,3 +68,43 @@ def no_duplicates(name: str, values: Iterable[Any]) -> None:
             # Two equal sample keys would make the run unreadable for the report.
             raise BenchInputError(f"{name} lists {value} twice")
         seen.add(value)
+
+
+def out_file_problem(
+    path: Path | str, earlier: Callable[[Path], bool] | None = None, what: str = ""
+) -> str | None:
+    """Why a command cannot write its output file to ``path`` (one line), or ``None``.
+
+    The one rule of every output file a command names (``TRACE_OUT``, ``make regress``'s
+    ``OUT``): a file that exists is never replaced, unless ``earlier`` says it is the
+    command's own earlier output (then it is a regular file, not a link); a folder, a
+    folder that does not exist and one that cannot be written are refused.
+
+    Parameters
+    ----------
+    path
+        The output file as given.
+    earlier
+        Whether an existing regular file is the command's own earlier output (``None``:
+        no existing file is replaced).
+    what
+        What ``earlier`` recognises, for the refusal (``"an earlier make regress output"``).
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder: name a file in it"
+    if path.exists() or path.is_symlink():
+        if earlier is None:
+            return f"{path} exists and is not overwritten: remove it or name another file"
+        if path.is_symlink() or not path.is_file() or not earlier(path):
+            return (
+                f"{path} exists and is not {what}: not overwritten; remove it or name another file"
+            )
+    folder = path.absolute().parent
+    if not folder.exists():
+        return f"{path}: the folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{path}: {folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{path}: the folder {folder} cannot be written"
+    return None

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvqueue.params import value_checks
 from kvqueue.policy import churn
 
 FORMAT = "kvqueue-policy-trace"
@@ -250,21 +251,10 @@ def out_problem(path: Path | str) -> str | None:
     """Why a trace cannot be written to ``path`` (one line), or ``None``.
 
     A trace never replaces a file: an existing path is refused, as are a folder, a
-    folder that does not exist and one that cannot be written.
+    folder that does not exist and one that cannot be written
+    (:func:`kvqueue.params.value_checks.out_file_problem`).
     """
-    path = Path(path)
-    if path.is_dir():
-        return f"{path} is a folder: name a file in it"
-    if path.exists() or path.is_symlink():
-        return f"{path} exists and is not overwritten: remove it or name another file"
-    folder = path.absolute().parent
-    if not folder.exists():
-        return f"{path}: the folder {folder} does not exist"
-    if not folder.is_dir():
-        return f"{path}: {folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{path}: the folder {folder} cannot be written"
-    return None
+    return value_checks.out_file_problem(path)
 
 
 class TraceWriter:

@@ -3,8 +3,9 @@
 A writeup is a pull-request description of one question (:mod:`kvqueue.report.questions`)
 and holds nothing else:
 
-- **A/B comparison**: what was compared (title and one paragraph), the answer (summary
-  per case and host, forest plot, results per host × interpreter), the times behind it
+- **A/B comparison**: a one-sentence verdict over every measured case, what was compared
+  (title and one paragraph), the answer (summary per case and host, forest plot, results
+  per host × interpreter), the times behind it (folded), every other measured case
   (folded), validation, environment, methods and variants (folded), the reproduce
   commands, the runs used (folded);
 - **release history**: the versions compared, each significant step with its change
@@ -134,7 +135,7 @@ def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str
         f"(baseline) on {hosts} host{'s' if hosts != 1 else ''} × {pythons} "
         f"interpreter{'s' if pythons != 1 else ''}: the newest run of each that compared "
         "them. *Reduction* = 1 − median over processes of the per-process time ratio "
-        "candidate/baseline (> 0: the candidate is faster)."
+        "candidate/baseline (> 0: the candidate is faster, < 0: slower)."
     )
     few = heads[heads["processes"].fillna(0).astype(float) < paired_stats.MIN_PROCESSES]
     if len(few):
@@ -156,8 +157,20 @@ def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str
 def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     data = question.data
     shown = cases_shown(data, cases)
+    # Every measured case is in the writeup: the selected ones first, the rest folded.
+    measured = ab_tables.present_cases(data, "main")
+    others = [c for c in measured if c not in shown]
     ci = ci_header(data.settings.confidence)
-    out = [Section("title", question.title, level=1, note=_ab_intro(question, shown, cases))]
+    verdict = ab_tables.verdict_sentence(data, measured)
+    intro = _ab_intro(question, shown, cases)
+    out = [
+        Section(
+            "title",
+            question.title,
+            level=1,
+            note=f"**{verdict}**\n\n{intro}" if verdict else intro,
+        )
+    ]
     if shown:
         summary = _drop_comparison(ab_tables.summary_table(data, shown))
         grid = _drop_comparison(ab_tables.headline_grid(data, shown))
@@ -194,13 +207,27 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
                 detail=True,
             ),
         ]
+    if others:
+        out.append(
+            Section(
+                "results-other",
+                f"The other measured cases ({', '.join(others)})",
+                level=3,
+                note=f"Reduction [{ci}] and verdict per host × interpreter, pools side by "
+                "side, as above; `make report CASES=...` selects the cases shown first. "
+                + "; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in others)
+                + ".",
+                table=_drop_comparison(ab_tables.headline_grid(data, others)),
+                detail=True,
+            )
+        )
     # Instruction counts of the same pair, where a counts run measured it: the claims
     # above are time (paired processes); this table says what instructions back.
     pairs = data.count_pairs
     if len(pairs) and question.pair is not None:
         cand, base = question.pair
         pairs = pairs[(pairs["candidate"] == cand) & (pairs["baseline"] == base)]
-    cells = count_tables.agreement(data.summary, pairs, list(cases)) if len(pairs) else pairs
+    cells = count_tables.agreement(data.summary, pairs, measured) if len(pairs) else pairs
     if len(cells):
         out.append(
             Section(
@@ -271,7 +298,7 @@ def _counts_ab(question: Question) -> list[Section]:
         f"Instructions executed per operation by `{cand}` (candidate) against `{base}` "
         f"(baseline), counted under cachegrind on {runs['host'].nunique()} host(s) × "
         f"{runs['interpreter'].nunique()} interpreter(s); no timed run compared them, so "
-        "this says which executes fewer instructions, not how much faster it is."
+        "this says which executes fewer instructions, not how much faster or slower it is."
     )
     used = "\n".join(f"- {r.host}/{r.run_id}: {r.interpreter}" for r in runs.itertuples())
     return [
