@@ -87,6 +87,10 @@ SUBJECT_READS: dict[str, str] = {
     "vllm/v1/core/kv_cache_utils.py",
     schema.SUBJECT_POOL: "vllm/v1/core/block_pool.py, kv_cache_utils.py and "
     "kv_cache_metrics.py, whole (the `BlockPool` with the queue and block it runs)",
+    schema.SUBJECT_MANAGER: "the `KVCacheManager` stack: kv_cache_manager.py, "
+    "kv_cache_coordinator.py, single_type_kv_cache_manager.py, block_pool.py, "
+    "kv_cache_metrics.py and vllm/v1/request.py whole, kv_cache_utils.py and vllm/utils cut "
+    "to what they import",
 }
 
 
