@@ -752,6 +752,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="cases of the writeups' A/B tables, space separated (make report CASES=...; "
         "'': alloc1 alloc2 mix)",
     )
+    p.add_argument(
+        "--fetch-diffs",
+        action="store_true",
+        help="first fetch the releases the history's step diffs show and the cache lacks "
+        "(as `make diffs`; `make report` passes it); an unreachable index is one line, "
+        "and those diffs read 'not cached here'",
+    )
     _add_param_options(p, "report")
     _add_from_env(p, "report", "what `make report` uses")
     p.set_defaults(func=_cmd_report)
@@ -781,15 +788,43 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     settings = report_params.from_text(_texts(args, "report"))
     cases = _report_cases(args.cases)
+    raw_dir = _raw_dir(args)
+    if args.fetch_diffs:
+        _fetch_diffs_for_report(raw_dir)
     # Given paths are relative to the current folder, as on any command line.
     return build.report(
-        raw_dir=_raw_dir(args),
+        raw_dir=raw_dir,
         processed_dir=args.processed_dir.resolve(),
         out=args.out.resolve(),
         settings=settings,
         notebook=args.notebook,
         cases=cases,
     )
+
+
+def _fetch_diffs_for_report(raw_dir: Path) -> None:
+    """Fetch the releases the history's step diffs show that are not cached (``make
+    diffs``' one path, :func:`kvqueue.history.history_collect.fetch_history_releases`),
+    a line per release fetched; when the index cannot be reached, one line on stderr and
+    the report goes on (the diffs of those releases say they are not cached here). The
+    report step never imports the measuring side (docs/design.md §8): the command does.
+    """
+    from kvqueue.history import history_collect
+    from kvqueue.rawdata import raw_reader
+    from kvqueue.sources.fetch_errors import FetchError
+
+    try:
+        history_collect.fetch_history_releases(
+            raw_dir, say=lambda line: print(f"report: {line}", flush=True), summary=False
+        )
+    except raw_reader.RawDataError:
+        return  # the build names what is wrong with the raw folder
+    except FetchError as exc:
+        print(
+            f"kvqueue report: step diffs not fetched: {exc}; they read 'not cached here' "
+            "(`make diffs` fetches them when the index is reachable)",
+            file=sys.stderr,
+        )
 
 
 # ------------------------------------------------------------------ diffs
