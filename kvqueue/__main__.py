@@ -53,6 +53,7 @@ from kvqueue.params import (
     bench_params,
     check_queue_params,
     history_params,
+    lock_params,
     policy_params,
     regression_params,
     report_params,
@@ -137,12 +138,33 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
     declared = READS[command]
     names = [f.name for f in declared.option_fields()]
     if not getattr(args, "from_env", False):
-        return {n: getattr(args, n) for n in names}
+        return _take_wait({n: getattr(args, n) for n in names})
     given = [n for n in names if getattr(args, n) is not None]
     if given:
         raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
     # A field without a Make variable (report's pairs, confidence, ...) is not read.
-    return environment_texts(declared.read_fields(), os.environ)
+    return _take_wait(environment_texts(declared.read_fields(), os.environ))
+
+
+def _take_wait(texts: dict[str, str | None]) -> dict[str, str | None]:
+    """``texts`` without ``WAIT`` (a command's own parameters parse the rest), whose value
+    is handed to the machine lock in :data:`kvqueue.params.lock_params.WAIT_ENV`: set
+    for ``WAIT=1``, else cleared (so that only the command's own ``WAIT`` counts), for
+    this process and the ones it starts (the bench notebook's kernel).
+
+    Raises
+    ------
+    BenchInputError
+        ``WAIT`` is not a boolean text.
+    """
+    if "wait" not in texts:
+        return texts
+    rest = dict(texts)
+    if lock_params.from_text({"wait": rest.pop("wait")}).wait:
+        os.environ[lock_params.WAIT_ENV] = "1"
+    else:
+        os.environ.pop(lock_params.WAIT_ENV, None)
+    return rest
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
