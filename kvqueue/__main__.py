@@ -59,7 +59,14 @@ from kvqueue.params import (
     report_params,
 )
 from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, not_defaults, reads
-from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resolve_in_repo, spec_of
+from kvqueue.params.spec import (
+    ENV_PREFIX,
+    default_of,
+    environment_texts,
+    parse_texts,
+    resolve_in_repo,
+    spec_of,
+)
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
@@ -160,7 +167,7 @@ def _take_wait(texts: dict[str, str | None]) -> dict[str, str | None]:
     if "wait" not in texts:
         return texts
     rest = dict(texts)
-    if lock_params.from_text({"wait": rest.pop("wait")}).wait:
+    if parse_texts(lock_params.lock_fields(), {"wait": rest.pop("wait")}).get("wait"):
         os.environ[lock_params.WAIT_ENV] = "1"
     else:
         os.environ.pop(lock_params.WAIT_ENV, None)

@@ -5,6 +5,7 @@ here; `make history` fetches it", a 17-minute timing job). Fast: the fetch is a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -91,9 +92,10 @@ def test_only_missing_releases_are_fetched_and_an_offline_fetch_is_one_line(
 
 
 @pytest.fixture
-def report_stub(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """``build.report`` stubbed: the report's own build is tested elsewhere; here only
-    what runs before it. Returns the calls' raw folders."""
+def report_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``build.report`` stubbed (the report's own build is tested elsewhere; here only
+    what runs before it) and an empty release cache. Returns the calls' raw folders."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     calls: list[str] = []
 
     def report(*, raw_dir: Path, **_kw: object) -> int:
@@ -111,7 +113,6 @@ def test_report_fetches_the_releases_its_step_diffs_need_before_the_build(
     report_stub: list[str],
 ) -> None:
     """A fresh clone's history.md read "not cached here" for every step diff."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     raw = tmp_path / "raw"
     _history_run(raw, "r1", [{"label": "vllm==0.1.0", "releases": ["0.1.0"]},
                              {"label": "vllm==0.2.0", "releases": ["0.2.0"]}])  # fmt: skip
@@ -141,13 +142,9 @@ def test_report_fetches_the_releases_its_step_diffs_need_before_the_build(
 
 
 def test_report_with_the_index_unreachable_says_so_once_and_builds(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    report_stub: list[str],
+    report_stub: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    raw = tmp_path / "raw"
+    raw = Path(os.environ["XDG_CACHE_HOME"]).parent / "raw"  # beside report_stub's cache
     _history_run(raw, "r1", [{"label": "vllm==0.3.0", "releases": ["0.3.0"]}])
 
     def offline(version: str) -> Path:

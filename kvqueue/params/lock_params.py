@@ -11,7 +11,6 @@ Standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,14 +38,3 @@ def lock_fields() -> list[Any]:
 
 #: The variable that carries ``WAIT`` to the process that takes the lock.
 WAIT_ENV = ENV_PREFIX + spec.spec_of(lock_fields()[0]).make
-
-
-def from_text(given: Mapping[str, str | bool | None]) -> LockParams:
-    """Parse the texts of the fields (``None``: the default).
-
-    Raises
-    ------
-    BenchInputError
-        A text that is not of its field's kind (one line).
-    """
-    return LockParams(**spec.parse_texts(lock_fields(), given))
