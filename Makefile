@@ -140,12 +140,14 @@ notebooks: $(STAMP) ## regenerate the notebooks' parameters cells from kvqueue/p
 # keeps each run's analysis and each figure under the sha256 of what it is computed from,
 # so an unchanged report is rebuilt from it and a new run is the only one analysed.
 # CASES is the report's own variable (the writeups' cases, not a bench's): unexported
-# like the generated ones, and passed as typed.
+# like the generated ones, and passed as typed. --fetch-diffs: the releases the history's
+# step diffs show are fetched first when the cache lacks them (`make diffs`' path; an
+# unreachable index is one line and the report goes on).
 unexport CASES
 report: export KVQUEUE_REPORT_CASES = $(value CASES)
 report: $(STAMP) ## render reports/report.html and one writeup per question (reports/writeups/*.md) from RAW_DIR (CASES=..., HOSTS=..., RUNS=...)
 	@$(VPY) -m kvqueue report --from-env --processed-dir data/processed --out reports \
-	  --cases "$$KVQUEUE_REPORT_CASES"
+	  --cases "$$KVQUEUE_REPORT_CASES" --fetch-diffs
 
 clean: ## remove rebuilt outputs (data/processed, reports); raw data is never touched
 	rm -rf data/processed reports

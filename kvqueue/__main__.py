@@ -53,12 +53,20 @@ from kvqueue.params import (
     bench_params,
     check_queue_params,
     history_params,
+    lock_params,
     policy_params,
     regression_params,
     report_params,
 )
 from kvqueue.params.command_params import RAW_DIR, RAW_DIR_DEFAULT, READS, not_defaults, reads
-from kvqueue.params.spec import ENV_PREFIX, default_of, environment_texts, resolve_in_repo, spec_of
+from kvqueue.params.spec import (
+    ENV_PREFIX,
+    default_of,
+    environment_texts,
+    parse_texts,
+    resolve_in_repo,
+    spec_of,
+)
 
 _SOURCES_HELP = "vllm==X.Y.Z | FILE[::Class] | git:REPO@REF | kvqueue | kvqueue:floor"
 #: Commands whose errors name their Make target (the others: ``kvqueue COMMAND``).
@@ -137,12 +145,33 @@ def _texts(args: argparse.Namespace, command: str) -> dict[str, str | None]:
     declared = READS[command]
     names = [f.name for f in declared.option_fields()]
     if not getattr(args, "from_env", False):
-        return {n: getattr(args, n) for n in names}
+        return _take_wait({n: getattr(args, n) for n in names})
     given = [n for n in names if getattr(args, n) is not None]
     if given:
         raise BenchInputError(f"--from-env takes no other parameter (got {_option(given[0])})")
     # A field without a Make variable (report's pairs, confidence, ...) is not read.
-    return environment_texts(declared.read_fields(), os.environ)
+    return _take_wait(environment_texts(declared.read_fields(), os.environ))
+
+
+def _take_wait(texts: dict[str, str | None]) -> dict[str, str | None]:
+    """``texts`` without ``WAIT`` (a command's own parameters parse the rest), whose value
+    is handed to the machine lock in :data:`kvqueue.params.lock_params.WAIT_ENV`: set
+    for ``WAIT=1``, else cleared (so that only the command's own ``WAIT`` counts), for
+    this process and the ones it starts (the bench notebook's kernel).
+
+    Raises
+    ------
+    BenchInputError
+        ``WAIT`` is not a boolean text.
+    """
+    if "wait" not in texts:
+        return texts
+    rest = dict(texts)
+    if parse_texts(lock_params.lock_fields(), {"wait": rest.pop("wait")}).get("wait"):
+        os.environ[lock_params.WAIT_ENV] = "1"
+    else:
+        os.environ.pop(lock_params.WAIT_ENV, None)
+    return rest
 
 
 def _raw_dir(args: argparse.Namespace) -> Path:
@@ -770,6 +799,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="cases of the writeups' A/B tables, space separated (make report CASES=...; "
         "'': alloc1 alloc2 mix)",
     )
+    p.add_argument(
+        "--fetch-diffs",
+        action="store_true",
+        help="first fetch the releases the history's step diffs show and the cache lacks "
+        "(as `make diffs`; `make report` passes it); an unreachable index is one line, "
+        "and those diffs read 'not cached here'",
+    )
     _add_param_options(p, "report")
     _add_from_env(p, "report", "what `make report` uses")
     p.set_defaults(func=_cmd_report)
@@ -799,15 +835,43 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     settings = report_params.from_text(_texts(args, "report"))
     cases = _report_cases(args.cases)
+    raw_dir = _raw_dir(args)
+    if args.fetch_diffs:
+        _fetch_diffs_for_report(raw_dir)
     # Given paths are relative to the current folder, as on any command line.
     return build.report(
-        raw_dir=_raw_dir(args),
+        raw_dir=raw_dir,
         processed_dir=args.processed_dir.resolve(),
         out=args.out.resolve(),
         settings=settings,
         notebook=args.notebook,
         cases=cases,
     )
+
+
+def _fetch_diffs_for_report(raw_dir: Path) -> None:
+    """Fetch the releases the history's step diffs show that are not cached (``make
+    diffs``' one path, :func:`kvqueue.history.history_collect.fetch_history_releases`),
+    a line per release fetched; when the index cannot be reached, one line on stderr and
+    the report goes on (the diffs of those releases say they are not cached here). The
+    report step never imports the measuring side (docs/design.md §8): the command does.
+    """
+    from kvqueue.history import history_collect
+    from kvqueue.rawdata import raw_reader
+    from kvqueue.sources.fetch_errors import FetchError
+
+    try:
+        history_collect.fetch_history_releases(
+            raw_dir, say=lambda line: print(f"report: {line}", flush=True), summary=False
+        )
+    except raw_reader.RawDataError:
+        return  # the build names what is wrong with the raw folder
+    except FetchError as exc:
+        print(
+            f"kvqueue report: step diffs not fetched: {exc}; they read 'not cached here' "
+            "(`make diffs` fetches them when the index is reachable)",
+            file=sys.stderr,
+        )
 
 
 # ------------------------------------------------------------------ diffs

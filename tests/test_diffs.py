@@ -5,12 +5,16 @@ here; `make history` fetches it", a 17-minute timing job). Fast: the fetch is a 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+from benchutil import run_make
 
 from kvqueue import __main__ as cli
-from kvqueue.history import history_collect
+from kvqueue.history import history_collect, history_diffs
+from kvqueue.report import build
 from kvqueue.sources import cache_paths
 from kvqueue.sources.fetch_errors import IndexUnreachable
 
@@ -82,3 +86,85 @@ def test_only_missing_releases_are_fetched_and_an_offline_fetch_is_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("make diffs: vLLM 0.3.0: the package index is unreachable")
     assert "package index that pip is configured with" in line
+
+
+# ------------------------------------------------------------- make report fetches (issue 36.8)
+
+
+@pytest.fixture
+def report_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``build.report`` stubbed (the report's own build is tested elsewhere; here only
+    what runs before it) and an empty release cache. Returns the calls' raw folders."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls: list[str] = []
+
+    def report(*, raw_dir: Path, **_kw: object) -> int:
+        calls.append(str(raw_dir))
+        return 0
+
+    monkeypatch.setattr(build, "report", report)
+    return calls
+
+
+def test_report_fetches_the_releases_its_step_diffs_need_before_the_build(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    report_stub: list[str],
+) -> None:
+    """A fresh clone's history.md read "not cached here" for every step diff."""
+    raw = tmp_path / "raw"
+    _history_run(raw, "r1", [{"label": "vllm==0.1.0", "releases": ["0.1.0"]},
+                             {"label": "vllm==0.2.0", "releases": ["0.2.0"]}])  # fmt: skip
+    fetched: list[str] = []
+    builds_before: list[int] = []
+
+    def fake_fetch(version: str) -> Path:
+        builds_before.append(len(report_stub))
+        fetched.append(version)
+        path = cache_paths.cached_path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"class FreeKVCacheBlockQueue:\n    v = {version!r}\n")
+        return path
+
+    monkeypatch.setattr(history_collect, "fetch_release", fake_fetch)
+    args = ["report", "--raw-dir", str(raw), "--out", str(tmp_path / "out")]
+    assert cli.main(args) == 0 and fetched == []  # python -m kvqueue report: no fetch
+    assert cli.main([*args, "--fetch-diffs"]) == 0
+    assert fetched == ["0.1.0", "0.2.0"] and report_stub == [str(raw)] * 2
+    assert builds_before == [1, 1]  # fetched before its own build
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["report: diffs: 0.1.0 cached (1/2)", "report: diffs: 0.2.0 cached (2/2)"]
+    diff = history_diffs.step_diff(["0.1.0"], ["0.2.0"])
+    assert history_diffs.NOT_CACHED not in diff and "+    v = '0.2.0'" in diff
+    assert cli.main([*args, "--fetch-diffs"]) == 0  # all cached: silent, nothing fetched
+    assert fetched == ["0.1.0", "0.2.0"] and capsys.readouterr().out == ""
+
+
+def test_report_with_the_index_unreachable_says_so_once_and_builds(
+    report_stub: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = Path(os.environ["XDG_CACHE_HOME"]).parent / "raw"  # beside report_stub's cache
+    _history_run(raw, "r1", [{"label": "vllm==0.3.0", "releases": ["0.3.0"]}])
+
+    def offline(version: str) -> Path:
+        raise IndexUnreachable(f"vLLM {version}: the package index is unreachable")
+
+    monkeypatch.setattr(history_collect, "fetch_release", offline)
+    assert cli.main(["report", "--raw-dir", str(raw), "--fetch-diffs"]) == 0
+    assert report_stub == [str(raw)]
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "kvqueue report: step diffs not fetched: vLLM 0.3.0: the package index is "
+        "unreachable; they read 'not cached here' (`make diffs` fetches them when the "
+        "index is reachable)\n"
+    )
+    assert history_diffs.NOT_CACHED in history_diffs.step_diff(["0.2.0"], ["0.3.0"])
+
+
+def test_make_report_passes_fetch_diffs() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    proc = run_make("-n", "report")
+    assert proc.returncode == 0, proc.stderr
+    assert "kvqueue report --from-env" in proc.stdout and "--fetch-diffs" in proc.stdout

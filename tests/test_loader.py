@@ -458,9 +458,19 @@ def test_git_repo_does_not_exist(tmp_path):
 
 
 def test_git_path_that_is_not_a_repo(tmp_path):
+    """A folder that is no repository said "no such commit" (issue 36.6)."""
     with pytest.raises(loader.SourceError) as info:
         loader.read_source(f"git:{tmp_path}@main")
-    assert_one_line_source_error(info, "cannot read")
+    assert str(info.value) == (
+        f"'{tmp_path}' is not a git repository (git:REPO@REF reads a commit of one)"
+    )
+
+
+def test_git_path_that_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(loader.SourceError) as info:
+        loader.read_source(f"git:{tmp_path / 'f'}@main")
+    assert_one_line_source_error(info, "is a file, not a repository's folder")
 
 
 @pytest.mark.parametrize("spec", ["git:", "git:/some/repo", "git:@main", "git:/some/repo@"])

@@ -74,13 +74,16 @@ def _names(fields: list[Any], *leave_out: str) -> set[str]:
 
 def test_cli_options_are_the_fields() -> None:
     bench = bench_params.bench_fields()
-    assert _options("bench") == _names(bench) | {"raw_dir", "no_notebook", "from_env"}
-    assert _options("quick") == _names(bench, "host", "quick") | {"from_env"}
+    bench_cli = {"raw_dir", "no_notebook", "from_env", "wait"}  # WAIT: the machine lock's
+    assert _options("bench") == _names(bench) | bench_cli
+    assert _options("quick") == _names(bench, "host", "quick") | {"from_env", "wait"}
     history = _names(bench, "variants", "aa", "block_source", "quick")
-    assert _options("history") == history | {"releases", "newest", "raw_dir", "from_env"}
-    assert _options("policy") == _names(policy_params.policy_fields()) | {"raw_dir", "from_env"}
+    assert _options("history") == history | {"releases", "newest", "raw_dir", "from_env", "wait"}
+    policy = _names(policy_params.policy_fields())
+    assert _options("policy") == policy | {"raw_dir", "from_env", "wait"}
+    assert "wait" not in _options("check-queue")  # counts without the machine lock
     settings = _names(report_params.report_fields())
-    report = {"raw_dir", "processed_dir", "out", "notebook", "from_env", "cases"}
+    report = {"raw_dir", "processed_dir", "out", "notebook", "from_env", "cases", "fetch_diffs"}
     assert _options("report") == settings | report
 
 

@@ -31,8 +31,8 @@ def variant(base: PoolVariant, label: str, **methods: object) -> PoolVariant:
     return dataclasses.replace(base, pool_cls=broken, label=label)
 
 
-def refusal(base: PoolVariant, cand: PoolVariant) -> str:
-    result = pool_gate.pool_gate(base, cand, sizes=SIZES)
+def refusal(base: PoolVariant, cand: PoolVariant, sizes: tuple[int, ...] = SIZES) -> str:
+    result = pool_gate.pool_gate(base, cand, sizes=sizes)
     assert not result.ok
     assert result.error is not None and "\n" not in result.error
     return result.error
@@ -58,6 +58,60 @@ def test_a_free_path_that_forgets_the_null_block(fixture_pool):
     error = refusal(fixture_pool, variant(fixture_pool, "null-freed", free_blocks=free_blocks))
     assert error.startswith("null-freed breaks an invariant after call ")
     assert " free_blocks(r" in error and "the null block is linked into the free queue" in error
+
+
+def _touch_counting_null(self, blocks: list) -> None:
+    """A touch that counts the null block too, never queued (vLLM 0.10.0's rule: the
+    null block's ref_cnt rises with each touch and falls with each free)."""
+    for block in blocks:
+        if block.ref_cnt == 0 and not block.is_null:
+            self.free_block_queue.remove(block)
+        block.ref_cnt += 1
+
+
+def _free_like_any_other(self, ordered_blocks):
+    """The fixture's free path without its null-block check."""
+    first, last = [], []
+    for block in ordered_blocks:
+        block.ref_cnt -= 1
+        if block.ref_cnt == 0:
+            (first if block.block_hash is None else last).append(block)
+    self.free_block_queue.prepend_n(first)
+    self.free_block_queue.append_n(last)
+
+
+def test_a_free_path_that_queues_the_null_block_like_any_other(fixture_pool):
+    """Issue 36.7. With a touch that counts the null block, a free path without the
+    null-block check queues it when its count falls to 0. Touched null blocks alone
+    rarely get there (every request holding one must end first: at 64 blocks, never in
+    300 intents); the null blocks a sliding window leaves in a block table untouched,
+    freed with the request as vLLM's callers do, bring it there within the first
+    intents. (With the fixture's touch, which skips the null block, its count only
+    falls from 0, and the same free path never queues it: nothing to refuse.)"""
+    counting = variant(fixture_pool, "counting", touch=_touch_counting_null)
+    assert pool_gate.pool_gate(fixture_pool, counting, sizes=(64,)).ok  # 0.10.0's rule
+    broken = variant(
+        fixture_pool, "null-queued", touch=_touch_counting_null, free_blocks=_free_like_any_other
+    )
+    error = refusal(fixture_pool, broken, sizes=(64,))
+    assert error.startswith("null-queued breaks an invariant after call ")
+    assert " free_blocks(r" in error and error.endswith(
+        "(64 blocks, seed 20270): the null block is linked into the free queue"
+    )
+
+
+def test_a_free_path_that_needs_a_block_is_refused_at_a_window_slide(fixture_pool):
+    """A sliding window that slides over nothing frees an empty list (vLLM's managers
+    before 0.34 call free_blocks with whatever they removed)."""
+
+    def free_blocks(self, ordered_blocks):
+        blocks = list(ordered_blocks)
+        assert blocks[0] is not None  # the bug: a block is assumed
+        fixture_pool.pool_cls.free_blocks(self, blocks)
+
+    error = refusal(fixture_pool, variant(fixture_pool, "needs-one", free_blocks=free_blocks))
+    assert error.startswith("needs-one differs from base at call ")
+    assert " slid out) " in error and "exception expected None got 'IndexError: " in error
 
 
 def test_a_touch_that_double_counts(fixture_pool):

@@ -322,6 +322,30 @@ def test_cli_no_complete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "(bench): status failed (the run did not finish)" in out
 
 
+@pytest.mark.parametrize("text", ["0", "-3"])
+def test_kv_regions_below_one_is_refused_not_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """``make report KV_REGIONS=0`` priced every run at 64 and said 64 (issue 36.6): the
+    field's unset value given by hand. Refused in one line, nothing built."""
+    write_run(tmp_path / "raw", cases=("alloc1",))
+    monkeypatch.setenv("KVQUEUE_KV_REGIONS", text)
+    args = ["--raw-dir", str(tmp_path / "raw"), "--processed-dir", str(tmp_path / "p")]
+    code = cli.main(["report", "--from-env", *args, "--out", str(tmp_path / "r")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == (
+        "kvqueue report: KV_REGIONS must be a whole number >= 1 (leave it unset to price each "
+        f"run at the value it recorded), got {int(text)}\n"
+    )
+    assert not (tmp_path / "p").exists() and not (tmp_path / "r").exists()
+
+
+def test_kv_regions_given_prices_every_run_and_unset_keeps_the_recorded() -> None:
+    assert report_params.from_text({"kv_regions": "1"}).kv_regions == 1
+    assert report_params.from_text({"kv_regions": None}).kv_regions == 0  # as recorded
+
+
 # ---------------------------------------------------------------------------------------
 # the real harness's output format
 

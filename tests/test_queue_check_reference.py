@@ -22,7 +22,7 @@ import pytest
 from kvqueue import __main__ as cli
 from kvqueue.ab import queue_check
 from kvqueue.errors import BenchError, BenchInputError
-from kvqueue.measure import cachegrind, counted_worker
+from kvqueue.measure import cachegrind, counted_worker, interpreter_checks
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_VALGRIND = cachegrind.Valgrind(path="/fake/valgrind", version="valgrind-fake", cache_sim=False)
@@ -238,6 +238,7 @@ def test_update_creates_a_missing_reference(tmp_path: Path, counter: FakeCounter
     [
         "queue",
         "missing python",
+        "folder python",
         "python 2.7",
         "python 3.9",
         "pypy",
@@ -268,6 +269,11 @@ def test_every_input_is_refused_in_one_line_before_anything_is_counted(
         queue, expect = "no/such/file.py", "QUEUE 'no/such/file.py': "
     elif problem == "missing python":
         pythons, expect = f"{sys.executable} /no/such/python3", "'/no/such/python3' does not exist"
+    elif problem == "folder python":  # said "does not exist" (issue 36.6)
+        pythons, expect = (
+            f"{sys.executable} {tmp_path}",
+            f"'{tmp_path}' is a folder, not an interpreter",
+        )
     elif problem == "python 2.7":
         old = _fake_python(tmp_path, "py27", "2.7.18")
         pythons, expect = f"{sys.executable} {old}", "is CPython 2.7.18; the counted worker needs"
@@ -312,6 +318,17 @@ def test_every_input_is_refused_in_one_line_before_anything_is_counted(
     assert line.startswith("make check-queue: ") and expect in line, line
     assert counter.calls == [] and out == ""
     assert ref.read_text() == before  # nothing written
+
+
+def test_a_bare_name_that_is_a_folder_here_is_named_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PYTHONS=venv`` beside a folder venv: not on PATH, but what was meant is clear."""
+    (tmp_path / "venv").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BenchInputError) as info:
+        interpreter_checks.check_python("venv", "PYTHONS")
+    assert str(info.value) == "PYTHONS 'venv' is a folder, not an interpreter"
 
 
 def test_a_format_1_reference_is_refused_and_re_recorded(

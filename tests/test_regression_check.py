@@ -531,7 +531,7 @@ def test_the_command_is_declared_once_for_the_cli_make_and_the_environment(
     variables = cli.reads("regress")
     assert variables == [
         "BASE", "HEAD", "THRESHOLD", "THRESHOLDS", "OUT",
-        "PYTHON", "CASES", "POOLS", "BLOCK_MODE", "GATE_OPS", "SUBJECT",
+        "PYTHON", "CASES", "POOLS", "BLOCK_MODE", "GATE_OPS", "SUBJECT", "WAIT",
     ]  # fmt: skip
     with pytest.raises(SystemExit):
         cli.main(["regress", "--help"])

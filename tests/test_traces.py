@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,129 @@ def test_the_example_trace_needs_the_same_blocks_under_every_policy() -> None:
                 side = event["side"]
                 peak[side] = max(peak[side], pool - sides[side].queue.num_free_blocks)
         assert peak == lru.peak, name
+
+
+# ------------------------------------------------------------------ hostile files (issue 36.6)
+
+
+def _refusal(capsys: pytest.CaptureFixture[str], raw: Path, path: Path | str) -> str:
+    """Run ``make policy TRACE=path`` in this process within 20 s (an old reader waited
+    for a FIFO's writer) and return its one line; nothing may be written."""
+    result: list[int] = []
+    runner = threading.Thread(
+        target=lambda: result.append(cli.main(_policy(raw, "--trace", str(path)))), daemon=True
+    )
+    runner.start()
+    runner.join(20)
+    if runner.is_alive():  # open the FIFO's other end, so that the reader ends
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        runner.join(20)
+        raise AssertionError(f"TRACE={path} was opened and waited for a writer")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert result == [2] and len(err) == 1, (result, err)
+    assert err[0].startswith(f"make policy: TRACE: {path}")
+    assert not raw.exists()
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("folder", "is a folder, not a trace file"),
+        ("fifo", "is not a regular file (a FIFO, a device or a socket)"),
+        ("device", "is not a regular file (a FIFO, a device or a socket)"),
+        ("missing", "does not exist"),
+    ],
+)
+def test_a_trace_that_is_not_a_regular_file_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_gate: None, kind: str, words: str
+) -> None:
+    path: Path = tmp_path / "t.jsonl"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path(os.devnull)  # /dev/zero's kind, without its endless read on a mistake
+    line = _refusal(capsys, tmp_path / "raw", path)
+    assert line == f"make policy: TRACE: {path} {words}" + (
+        ": a trace is a file, read whole" if "regular" in words else ""
+    )
+
+
+def test_dev_zero_is_refused_on_opening(tmp_path: Path) -> None:
+    with pytest.raises(trace.TraceError, match="is not a regular file"):
+        trace.open_checked("/dev/zero").close()
+
+
+def test_a_trace_above_the_size_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A sparse file one byte past the bound: refused on its size, not read."""
+    path = tmp_path / "big.jsonl"
+    with path.open("wb") as fh:
+        fh.truncate(trace.MAX_TRACE_BYTES + 1)
+    with pytest.raises(trace.TraceError) as info:
+        trace.read_header(path)
+    assert str(info.value) == (
+        f"{path} is 512.0 MiB, above the 512.0 MiB a trace may be (it is held in memory "
+        "whole): replay a shorter trace"
+    )
+
+
+@pytest.fixture
+def small_bounds(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Bounds of 4,000 bytes per trace and 100 per line (the real ones take seconds)."""
+    monkeypatch.setattr(trace, "MAX_TRACE_BYTES", 4000)
+    monkeypatch.setattr(trace, "MAX_LINE_BYTES", 100)
+    return 4000, 100
+
+
+def test_a_trace_too_large_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_gate: None, small_bounds: Any
+) -> None:
+    path = _write_trace(tmp_path / "t.jsonl", 64, _cycles(64, 20))
+    size = path.stat().st_size
+    assert size > 4000
+    line = _refusal(capsys, tmp_path / "raw", path)
+    assert f"{path} is {size:,} bytes, above the 4,000 bytes a trace may be" in line
+
+
+def test_a_line_too_long_is_refused_without_reading_it_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_gate: None, small_bounds: Any
+) -> None:
+    path = _write_trace(tmp_path / "t.jsonl", 64, _cycles(64, 1))
+    text = path.read_text(encoding="utf-8").splitlines()
+    text[3] = '{"op": "alloc", "req": 999, "n": 1, "note": "' + "x" * 120 + '"}'
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    line = _refusal(capsys, tmp_path / "raw", path)
+    assert line == (
+        f"make policy: TRACE: {path}:4: a line longer than 100 bytes, the longest a trace may have"
+    )
+
+
+def test_lines_at_the_bounds_are_read(tmp_path: Path, small_bounds: Any) -> None:
+    """A line of exactly MAX_LINE_BYTES (newline excluded) and a file of exactly
+    MAX_TRACE_BYTES are within the bounds."""
+    path = tmp_path / "t.jsonl"
+    body = b"x" * 100 + b"\n"
+    path.write_bytes(body * 39 + b"y" * (4000 - 39 * 101))
+    with trace.open_checked(path) as fh:
+        read = list(trace.lines(fh, path))
+    assert len(read) == 40 and read[0] == (1, "x" * 100 + "\n")
+    with path.open("ab") as fh:  # one byte more: past the file's bound
+        fh.write(b"y")
+    with pytest.raises(trace.TraceError, match="above the"):
+        trace.open_checked(path)
+
+
+def test_a_trace_that_grows_while_it_is_read_stops_at_the_bound(
+    tmp_path: Path, small_bounds: Any
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"x\n" * 1000)  # 2,000 bytes: within the bound when opened
+    with trace.open_checked(path) as fh:
+        path.write_bytes(b"x\n" * 3000)
+        with pytest.raises(trace.TraceError, match="grew past"):
+            list(trace.lines(fh, path))
 
 
 # ------------------------------------------------------------------ TRACE_OUT

@@ -145,6 +145,22 @@ def test_write_writeups_writes_one_file_per_question(
         assert p.read_text(encoding="utf-8").startswith("## `")
 
 
+def test_figure_folders_go_with_their_writeups(one_host: store.Processed, tmp_path: Path) -> None:
+    """After a re-render from another RAW_DIR, a writeup no longer in the data takes its
+    figure folder with it (issue 36.6); a kept question's folder and a file not ours stay."""
+    folder = tmp_path / writeup.WRITEUPS
+    kept = questions.find(one_host)[0].slug
+    for slug in ("gone-vs-away", "other-vs-away", kept):
+        (folder / slug).mkdir(parents=True)
+        (folder / slug / "forest.png").write_bytes(b"png")
+        (folder / f"{slug}.md").write_text("old")
+    (folder / "other-vs-away" / "notes.txt").write_text("mine")
+    writeup.write_writeups(one_host, tmp_path, draw=False)
+    assert not (folder / "gone-vs-away").exists()
+    assert sorted(p.name for p in (folder / "other-vs-away").iterdir()) == ["notes.txt"]
+    assert (folder / kept / "forest.png").exists()  # not drawn (draw=False), not stale
+
+
 # ---------------------------------------------------------------------------------------
 # budgets
 

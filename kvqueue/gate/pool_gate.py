@@ -3,14 +3,18 @@
 One seeded script of *intents* drives the baseline pool and the candidate in lockstep
 (docs/appendix-pool.md): admit a request (look up its cached prefix, ``touch`` the
 hits with any null blocks of a sliding window, allocate the rest, cache its full
-blocks), finish one (``free_blocks`` in vLLM's eviction order: the request's last block
-first), exhaust the pool (allocate every free block, evicting every cached one, then
-free them), over-allocate (one block more than is free: ``ValueError``), and
-``reset_prefix_cache`` (False while a request holds blocks). After every call the two
-pools are compared: the call's result (block ids, hits, the reset result, the exception
-type and message), ``num_free_blocks``, ``get_usage``, every block's ``ref_cnt`` (the null
-block's excepted: vLLM does not maintain it), every block's hash, the hash map's entries,
-``get_cached_block`` for every label issued so far and the whole free queue in order.
+blocks), slide a request's window (its blocks before a drawn index, last first, are
+replaced by the null block in its table and freed as one list, empty when there are
+none, as vLLM's sliding-window and chunked-local managers do), finish one
+(``free_blocks`` in vLLM's eviction order: the request's last block first, the null
+blocks of its table among them, touched or not), exhaust the pool (allocate every free
+block, evicting every cached one, then free them), over-allocate (one block more than
+is free: ``ValueError``), and ``reset_prefix_cache`` (False while a request holds
+blocks). After every call the two pools are compared: the call's result (block ids,
+hits, the reset result, the exception type and message), ``num_free_blocks``,
+``get_usage``, every block's ``ref_cnt`` (the null block's excepted: vLLM does not
+maintain it), every block's hash, the hash map's entries, ``get_cached_block`` for every
+label issued so far and the whole free queue in order.
 
 Each pool must also keep the invariants after every call: the queue walks the same
 forwards and backwards and holds ``num_free_blocks`` blocks; a block is queued exactly
@@ -217,6 +221,9 @@ class _Script:
         if roll < 0.42:
             return _Intent("reset")
         cap = max(1, min(40, self.size // 8))
+        if live and roll < 0.50:
+            # ``full``: the first block the window still needs (those before it go).
+            return _Intent("skip", rid=self.rng.choice(sorted(live)), full=self.rng.randint(0, cap))
         n = self.rng.randint(1, cap)
         labels = self._labels(n)
         nulls = self.rng.choice((0, 0, 0, 1, 2))
@@ -283,6 +290,22 @@ class _Run:
             )
         elif intent.kind == "reset":
             yield from self._call("reset_prefix_cache()", pool.reset_prefix_cache, [])
+        elif intent.kind == "skip":
+            table = self.live[intent.rid]
+            removed: list[Any] = []
+
+            def skip() -> None:
+                # Back from the window's start to the first null block (the blocks
+                # before it went in an earlier slide); the table keeps null blocks that
+                # were never touched, freed with the request.
+                for i in range(min(intent.full, len(table)) - 1, -1, -1):
+                    if table[i] is self.null:
+                        break
+                    removed.append(table[i])
+                    table[i] = self.null
+                pool.free_blocks(removed)
+
+            yield from self._call(f"free_blocks({intent.rid} slid out)", skip, removed)
         else:
             yield from self._admit(intent)
 

@@ -467,10 +467,13 @@ def history_releases(raw_dir: Path | str, pool: bool = False) -> list[str]:
     return sorted(chosen, key=version_key)
 
 
-def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = print) -> int:
+def fetch_history_releases(
+    raw_dir: Path | str, say: Callable[[str], None] = print, summary: bool = True
+) -> int:
     """Fetch into the release cache every release :func:`history_releases` names that is
     not cached yet (each checked against its wheel's RECORD; a ``BlockPool`` history's
-    with its ``block_pool.py``); return how many were fetched.
+    with its ``block_pool.py``); return how many were fetched. ``say`` gets a line per
+    release fetched and, with ``summary``, one line of the whole (``make diffs``).
 
     Raises
     ------
@@ -494,6 +497,8 @@ def fetch_history_releases(raw_dir: Path | str, say: Callable[[str], None] = pri
         else:
             fetch_release(release)
         say(f"diffs: {release} cached ({k}/{len(missing)})")
+    if not summary:
+        return len(missing)
     say(
         f"diffs: {len(releases)} releases of the history runs in {raw_dir} are cached "
         f"({len(missing)} fetched, {time.perf_counter() - started:.1f} s); `make report` "

@@ -70,10 +70,12 @@ def check_python(
     Raises
     ------
     BenchInputError
-        It does not exist, does not run as a Python, is older than 3.10 (or not CPython,
-        with ``cpython_only``), or runs with ``-O``.
+        It does not exist, is a folder, does not run as a Python, is older than 3.10 (or
+        not CPython, with ``cpython_only``), or runs with ``-O``.
     """
     found = shutil.which(python) if os.sep not in python else python
+    if Path(found or python).is_dir():  # which() skips folders: a bare name may be one here
+        raise BenchInputError(f"{role} '{python}' is a folder, not an interpreter")
     if not found or not Path(found).is_file():
         raise BenchInputError(f"{role} '{python}' does not exist")
     try:

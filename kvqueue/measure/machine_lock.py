@@ -5,24 +5,45 @@ A second timing job on these 2-vCPU VMs slows a pinned benchmark by up to a thir
 both runs would be recorded as complete, so the second one is refused in one line that
 names the holder. :func:`refuse_if_held` gives that line before a command prints
 anything else (its parameters, the gate); :func:`hold` takes the lock for the run.
+
+With ``WAIT=1`` (:mod:`kvqueue.params.lock_params`) the command queues instead: the probe
+lets it through, and :func:`hold` prints what it waits for and since when, a line again
+when another measurement takes the lock first and every :data:`REPEAT_SECONDS`, and
+takes the lock once it is free. The wait comes before anything is written, so Ctrl-C
+(or SIGTERM, SIGHUP) while waiting writes nothing; ``MAX_MINUTES`` counts from the end
+of the wait.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from kvqueue.errors import MachineBusy
 from kvqueue.kernel import remove_dead_entries, stop_signals
 from kvqueue.measure.run_folder import now
+from kvqueue.params.bench_params import BUDGET_START_ENV
+from kvqueue.params.lock_params import WAIT_ENV
 
 #: The lock file's path, for tests and for a user who runs two checkouts side by side.
 LOCK_ENV = "KVQUEUE_LOCK_FILE"
 
 #: Whether this process holds the lock (a check inside a held lock must not refuse it).
 _held = False
+#: Seconds between two tries of a held lock while waiting (``WAIT=1``).
+POLL_SECONDS = 0.5
+#: Seconds between two progress lines of a wait whose holder stays the same.
+REPEAT_SECONDS = 600.0
+
+
+def waits() -> bool:
+    """Whether this command waits for a held lock (``WAIT=1``) instead of refusing."""
+    return os.environ.get(WAIT_ENV) == "1"
 
 
 def lock_path() -> Path:
@@ -50,7 +71,7 @@ def hold(what: str) -> Iterator[None]:
     Raises
     ------
     MachineBusy
-        Another bench is running (its pid and run are named; a BenchInputError).
+        Another bench is running (its pid and run are named; a MachineBusy).
     """
     global _held
     with stop_signals(), _lock_file(what):
@@ -71,7 +92,7 @@ def refuse_if_held() -> None:
     MachineBusy
         Another bench is running.
     """
-    if _held:
+    if _held or waits():
         return
     with _lock_file(None):
         pass
@@ -91,12 +112,13 @@ def _lock_file(what: str | None) -> Iterator[None]:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "unknown"
-            raise MachineBusy(
-                f"another bench is running on this machine ({holder}); two timing jobs at "
-                f"once slow each other by up to a third: wait for it (lock {path})"
-            ) from None
+            if what is None or not waits():
+                raise MachineBusy(
+                    f"another bench is running on this machine ({_holder(fh)}); two timing "
+                    f"jobs at once slow each other by up to a third: wait for it, or WAIT=1 "
+                    f"queues behind it (lock {path})"
+                ) from None
+            _wait(fh, path)
         if what is not None:
             fh.seek(0)
             fh.truncate()
@@ -105,3 +127,56 @@ def _lock_file(what: str | None) -> Iterator[None]:
         yield
     finally:
         fh.close()
+
+
+def _holder(fh: TextIO) -> str:
+    """What the lock file says of its holder (``unknown`` when it says nothing)."""
+    fh.seek(0)
+    return fh.read().strip() or "unknown"
+
+
+def _wait(fh: TextIO, path: Path) -> None:
+    """Take the lock on ``fh`` once its holder lets it go, saying on stderr what this
+    command waits for and since when; the wait's length is added to the budget's start
+    (``MAX_MINUTES`` counts the run, not the queue)."""
+    import fcntl
+
+    started, since = time.monotonic(), now()
+    holder = _holder(fh)
+    said, last = holder, started
+    try:  # from the first line on, a stop says that it stopped the wait
+        print(
+            f"waiting for the machine lock since {since}: {holder} (lock {path}); Ctrl-C "
+            "stops the wait and writes nothing",
+            file=sys.stderr,
+            flush=True,
+        )
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            time.sleep(POLL_SECONDS)
+            holder, clock = _holder(fh), time.monotonic()
+            if holder != said or clock - last >= REPEAT_SECONDS:
+                minutes = (clock - started) / 60
+                print(
+                    f"still waiting for the machine lock (since {since}, {minutes:.0f} "
+                    f"min): {holder}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said, last = holder, clock
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: nothing was started yet
+        seconds = time.monotonic() - started
+        print(
+            f"stopped while waiting for the machine lock ({seconds:.0f} s): nothing was written",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    waited = time.monotonic() - started
+    with contextlib.suppress(KeyError, ValueError):  # no budget here, or none readable
+        os.environ[BUDGET_START_ENV] = repr(float(os.environ[BUDGET_START_ENV]) + waited)
+    print(f"machine lock taken after {waited:.0f} s of waiting", file=sys.stderr, flush=True)

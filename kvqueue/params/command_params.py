@@ -22,6 +22,7 @@ from kvqueue.params import (
     bench_params,
     check_queue_params,
     history_params,
+    lock_params,
     policy_params,
     regression_params,
     report_params,
@@ -92,25 +93,32 @@ def _bench_fields(*leave_out: str) -> tuple[Any, ...]:
     return tuple(f for f in bench_params.bench_fields() if f.name not in leave_out)
 
 
+#: ``WAIT``: read by every command that holds the machine lock (after its own fields).
+_LOCK = tuple(lock_params.lock_fields())
+
+
 #: What each command reads, every command of ``python -m kvqueue`` included.
 READS: dict[str, Reads] = {
     # What `make bench` would gate: every bench variable but HOST, checked as for a bench.
     "validate": Reads(_bench_fields("host"), options=False),
-    "bench": Reads(_bench_fields(), extra=(RAW_DIR,)),
+    "bench": Reads((*_bench_fields(), *_LOCK), extra=(RAW_DIR,)),
     # Writes nothing (no HOST, RAW_DIR) and is never a QUICK run.
-    "quick": Reads(_bench_fields("host", "quick"), bench_params.QUICK_LOOP_DEFAULTS),
+    "quick": Reads((*_bench_fields("host", "quick"), *_LOCK), bench_params.QUICK_LOOP_DEFAULTS),
     # Reads the variables it chooses itself, to refuse them when given.
     "history": Reads(
-        _bench_fields(),
+        (*_bench_fields(), *_LOCK),
         history_params.HISTORY_DEFAULTS,
         refused=history_params.CHOSEN,
         extra=(history_params.RELEASES, history_params.NEWEST, RAW_DIR),
     ),
-    "policy": Reads(tuple(policy_params.policy_fields()), extra=(RAW_DIR,)),
+    "policy": Reads((*policy_params.policy_fields(), *_LOCK), extra=(RAW_DIR,)),
     "report": Reads(tuple(report_params.report_fields()), extra=(RAW_DIR,)),
+    # Counts without the machine lock (no WAIT).
     "check-queue": Reads(tuple(check_queue_params.check_queue_fields())),
     # Its own fields, then the bench fields a count of two sources shares.
-    "regress": Reads(tuple(regression_params.regress_fields()), regression_params.REGRESS_DEFAULTS),
+    "regress": Reads(
+        (*regression_params.regress_fields(), *_LOCK), regression_params.REGRESS_DEFAULTS
+    ),
     "diffs": Reads(extra=(RAW_DIR,)),
     "sync-notebooks": Reads(),
     "make-vars": Reads(),

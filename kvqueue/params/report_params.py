@@ -49,8 +49,8 @@ class ReportSettings:
     method
         scipy bootstrap method.
     kv_regions
-        KV regions per block on one rank for the policy's net line (0: as each run
-        recorded).
+        KV regions per block on one rank for the policy's net line (0, only ever the
+        default: as each run recorded; ``KV_REGIONS=0`` is refused by :func:`from_text`).
     hosts, runs
         The report's scope: only these host labels / run ids (empty: every run found).
     """
@@ -77,8 +77,8 @@ class ReportSettings:
     kv_regions: int = param(
         0,
         "KV_REGIONS",
-        "KV regions per block on one rank that prices a policy's descriptors (0: each "
-        "run's recorded value; 64 for runs before it was recorded)",
+        "KV regions per block on one rank that prices a policy's descriptors, 1 or more (unset: "
+        "each run's recorded value; 64 for runs before it was recorded)",
         "int",
     )
     hosts: tuple[str, ...] = param(
@@ -155,10 +155,18 @@ def from_text(given: Mapping[str, Any]) -> ReportSettings:
     Raises
     ------
     BenchInputError
-        An unknown name, or the first text that does not parse.
+        An unknown name, the first text that does not parse, or ``KV_REGIONS`` below 1.
     """
     texts = {k: v for k, v in given.items() if k != "pairs"}
     values = spec.parse_texts([f for f in report_fields() if f.name != "pairs"], texts)
+    regions = values.get("kv_regions")
+    if regions is not None and not isinstance(regions, bool) and regions < 1:
+        # 0 is the field's "unset": given, it was replaced by each run's value (64) and
+        # the Reproduce block said 64.
+        raise BenchInputError(
+            f"KV_REGIONS must be a whole number >= 1 (leave it unset to price each run at "
+            f"the value it recorded), got {regions}"
+        )
     if given.get("pairs"):
         values["pairs"] = given["pairs"]
     return ReportSettings.from_dict(values)

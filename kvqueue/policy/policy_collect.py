@@ -33,7 +33,6 @@ only.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -106,12 +105,13 @@ def trace_info(p: PolicyParams) -> dict[str, Any] | None:
     try:
         header, events = trace.read_trace(path)
         held = trace.size(path, header, events, FreeKVCacheBlockQueue, KVCacheBlock, p.free_order)
+        digest = trace.sha256(path)
     except trace.TraceError as exc:
         raise BenchInputError(f"TRACE: {exc}") from None
     check_trace_length(p, held.turnovers)
     return {
         "path": str(path),
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "sha256": digest,
         "header": {k: (list(v) if isinstance(v, tuple) else v) for k, v in header.items()},
         "events": len(events),
         "turnovers": round(held.turnovers, 6),

@@ -43,6 +43,11 @@ refused in one line that names the turnovers it holds. For a trace whose keys ar
 prefix chains (vLLM's block hashes, the synthetic generator's keys) the blocks in use
 do not depend on the policy, so the size found under ``lru`` holds under every policy.
 
+Reading is bounded (:func:`open_checked`, :func:`lines`): the path must be a regular file
+(a folder, a FIFO, ``/dev/zero`` are refused before anything is read from them) of at
+most :data:`MAX_TRACE_BYTES`, each line at most :data:`MAX_LINE_BYTES`; a file that grows
+past the bound while it is read is refused at the bound.
+
 The synthetic generator writes its events in this form (:func:`write_synthetic`,
 ``make policy TRACE_OUT=file``): it never replaces an existing file
 (:func:`out_problem`); ``data/traces/example.jsonl`` is a small example.
@@ -54,12 +59,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import itertools
 import json
 import os
-from collections.abc import Hashable
+import stat
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kvqueue.params import value_checks
 from kvqueue.policy import churn
@@ -68,6 +76,13 @@ FORMAT = "kvqueue-policy-trace"
 VERSION = 1
 OPS = ("touch", "alloc", "free", "read")
 MAX_TRACE_POOL = 10_000_000
+#: Largest trace read (bytes). A trace is held in memory whole, ~13 bytes per byte of
+#: text (measured on a synthetic trace); the default run's (``REGIME=chat``, 400
+#: turnovers) is ~190 MB. A bound on a mistake's cost, not a measured limit.
+MAX_TRACE_BYTES = 512 * 2**20
+#: Longest line read (bytes, newline excluded): a ``touch`` of 65,536 keys written as
+#: 64-digit hashes is ~4.4 MB.
+MAX_LINE_BYTES = 16 * 2**20
 
 
 class TraceError(ValueError):
@@ -130,14 +145,114 @@ def parse_event(line: str, sides: tuple[str, ...], where: str) -> dict[str, Any]
     return out
 
 
-def read_header(path: Path | str) -> dict[str, Any]:
-    """The checked header of the trace at ``path``."""
+def _mib(size: int) -> str:
+    """``size`` bytes in MiB with one decimal (in bytes below 1 MiB)."""
+    return f"{size / 2**20:,.1f} MiB" if size >= 2**20 else f"{size:,} bytes"
+
+
+def _check_file(path: Path, info: os.stat_result) -> None:
+    """Refuse the file that ``info`` describes unless it is a regular file of at most
+    :data:`MAX_TRACE_BYTES` (one line)."""
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceError(f"{path} is a folder, not a trace file")
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(
+            f"{path} is not a regular file (a FIFO, a device or a socket): a trace is a "
+            "file, read whole"
+        )
+    if info.st_size > MAX_TRACE_BYTES:
+        raise TraceError(
+            f"{path} is {_mib(info.st_size)}, above the {_mib(MAX_TRACE_BYTES)} a trace may "
+            "be (it is held in memory whole): replay a shorter trace"
+        )
+
+
+def _grew(path: Path | str) -> TraceError:
+    """The refusal of a trace that grew past :data:`MAX_TRACE_BYTES` as it was read."""
+    return TraceError(f"{path}: grew past {_mib(MAX_TRACE_BYTES)} while it was read")
+
+
+def open_checked(path: Path | str) -> BinaryIO:
+    """The trace at ``path`` opened for reading in binary, once it is known to be a
+    regular file of at most :data:`MAX_TRACE_BYTES`.
+
+    Opened without blocking and checked on the open file, so that a FIFO (whose open
+    would wait for a writer), a device or a folder is refused before anything is read.
+
+    Raises
+    ------
+    TraceError
+        The path does not exist, cannot be opened, is not a regular file, or is too
+        large (one line).
+    """
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as fh:
-            first = fh.readline()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot be read ({exc})") from None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise TraceError(f"{path} does not exist") from None
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a socket cannot be opened: say what it is
+            _check_file(path, os.stat(path))
+        raise TraceError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        _check_file(path, os.fstat(fd))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def lines(fh: BinaryIO, path: Path | str) -> Iterator[tuple[int, str]]:
+    """The lines of an open trace (:func:`open_checked`), numbered from 1, decoded,
+    newline kept; never more than :data:`MAX_LINE_BYTES` per line nor
+    :data:`MAX_TRACE_BYTES` in all are read.
+
+    Raises
+    ------
+    TraceError
+        A line too long, a file that grew past the bound, or a line that is not UTF-8
+        (one line: file, line, what).
+    """
+    total = 0
+    for number in itertools.count(1):
+        raw = fh.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise TraceError(
+                f"{path}:{number}: a line longer than {_mib(MAX_LINE_BYTES)}, the longest "
+                "a trace may have"
+            )
+        total += len(raw)
+        if total > MAX_TRACE_BYTES:
+            raise _grew(path)
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError(f"{path}:{number}: not UTF-8") from None
+
+
+def sha256(path: Path | str) -> str:
+    """The sha256 of the trace at ``path``, read bounded as :func:`open_checked` allows.
+
+    Raises
+    ------
+    TraceError
+        As :func:`open_checked`, or the file grew past the bound.
+    """
+    digest = hashlib.sha256()
+    with open_checked(path) as fh:
+        while chunk := fh.read(2**20):
+            digest.update(chunk)
+            if fh.tell() > MAX_TRACE_BYTES:
+                raise _grew(path)
+    return digest.hexdigest()
+
+
+def _check_header(path: Path, first: str) -> dict[str, Any]:
+    """The header line ``first`` of the trace at ``path``, checked."""
     try:
         header = json.loads(first)
     except ValueError:
@@ -155,6 +270,21 @@ def read_header(path: Path | str) -> dict[str, Any]:
     return {**header, "sides": tuple(sides)}
 
 
+def read_header(path: Path | str) -> dict[str, Any]:
+    """The checked header of the trace at ``path`` (its first line; bounded as
+    :func:`lines` reads).
+
+    Raises
+    ------
+    TraceError
+        The file (:func:`open_checked`) or its header is refused (one line).
+    """
+    path = Path(path)
+    with open_checked(path) as fh:
+        first = next(lines(fh, path), (1, ""))[1]
+    return _check_header(path, first)
+
+
 def read_trace(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and every event of the trace at ``path``, checked: the format, and
     that no request is freed without blocks or used on a side after its free.
@@ -165,13 +295,13 @@ def read_trace(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         The first problem (one line: file, line, what).
     """
     path = Path(path)
-    header = read_header(path)
-    sides = header["sides"]
     events = []
-    live: dict[str, set[Hashable]] = {s: set() for s in sides}
-    with path.open(encoding="utf-8") as fh:
-        next(fh)
-        for number, line in enumerate(fh, start=2):
+    with open_checked(path) as fh:
+        numbered = lines(fh, path)
+        header = _check_header(path, next(numbered, (1, ""))[1])
+        sides = header["sides"]
+        live: dict[str, set[Hashable]] = {s: set() for s in sides}
+        for number, line in numbered:
             where = f"{path}:{number}"
             if not line.strip():
                 raise TraceError(f"{where}: blank line")

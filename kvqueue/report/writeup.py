@@ -12,6 +12,7 @@ uploads the PNGs). The sections come from :mod:`kvqueue.report.question_sections
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -129,8 +130,9 @@ def write_writeups(
 ) -> list[Path]:
     """Write one writeup per question of ``data`` into ``out_dir/writeups/``.
 
-    Writeups of an earlier build that no longer have a question are removed, so the
-    folder holds exactly this build's questions.
+    Writeups of an earlier build that no longer have a question are removed with their
+    figure folders (the PNGs, and the folder once empty), so the folder holds exactly
+    this build's questions.
 
     Parameters
     ----------
@@ -155,6 +157,12 @@ def write_writeups(
     for stale in folder.glob("*.md"):
         if stale.stem not in keep:
             stale.unlink()
+    for stale in folder.iterdir():
+        if stale.name not in keep and stale.is_dir() and not stale.is_symlink():
+            # The figures of a writeup just removed (a build from another RAW_DIR).
+            _remove_figures(stale)
+            with contextlib.suppress(OSError):  # a file not ours keeps its folder
+                stale.rmdir()
     # A kind with one question: its figure is the report's own, drawn from the whole
     # data, so the build cache (the report's notebook drew it before) holds it once.
     only = {kind: sum(q.kind == kind for q in found) == 1 for kind in _KINDS}
@@ -165,8 +173,7 @@ def write_writeups(
         files: dict[str, Path] = {}
         if draw:
             fig_dir = folder / q.slug
-            for stale in fig_dir.glob("*.png"):
-                stale.unlink()
+            _remove_figures(fig_dir)
             for name in question_sections.figure_names(q, cases):
                 if only[q.kind] and name in _WHOLE_DATA_FIGURES:
                     # The report's very figure (the history figure takes ~5 s to draw
@@ -178,6 +185,12 @@ def write_writeups(
         path.write_text(question_writeup(q, cases, files, q.slug), encoding="utf-8")
         paths.append(path)
     return paths
+
+
+def _remove_figures(fig_dir: Path) -> None:
+    """Remove the PNGs of a writeup's figure folder (drawn by an earlier build)."""
+    for png in fig_dir.glob("*.png"):
+        png.unlink()
 
 
 def question_cases(question: Question, cases: Sequence[str]) -> tuple[str, ...]:

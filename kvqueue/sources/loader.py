@@ -241,8 +241,8 @@ def git_commit(base: str, member: str) -> tuple[str, str, str]:
     Raises
     ------
     SourceError
-        Not of that form, a ref that git would read as an option, no such repository or
-        commit; one line.
+        Not of that form, a ref that git would read as an option, no such folder, a
+        folder that is not a git repository, no such commit; one line.
     """
     repo, sep, ref = base[len("git:") :].rpartition("@")
     if not sep or not repo or not ref:
@@ -254,16 +254,23 @@ def git_commit(base: str, member: str) -> tuple[str, str, str]:
     # `git:~/vllm@mine` writes arrives unexpanded: expand it as a shell would.
     repo = str(Path(repo).expanduser())
     if not Path(repo).is_dir():
+        if Path(repo).exists():
+            raise SourceError(f"git repository '{repo}' is a file, not a repository's folder")
         raise SourceError(f"git repository '{repo}' does not exist")
-    rev = subprocess.run(
-        ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    commit = rev.stdout.strip() if rev.returncode == 0 else ""
+    commit = _git_out(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if not commit:
+        if not _git_out(repo, "rev-parse", "--git-dir"):  # asked only when the ref failed
+            raise SourceError(
+                f"'{repo}' is not a git repository (git:REPO@REF reads a commit of one)"
+            )
         raise SourceError(f"cannot read {member} at '{ref}' in {repo}: no such commit")
     return repo, ref, commit
+
+
+def _git_out(repo: str, *args: str) -> str:
+    """git's stripped output of ``git -C repo ARGS``, or ``""`` when it fails."""
+    proc = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def git_show(repo: str, commit: str, member: str) -> tuple[bytes | None, str]:
