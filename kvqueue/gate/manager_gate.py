@@ -148,7 +148,7 @@ def _prefix_found_again(api: ManagerAPI, label: str, pool: int) -> None:
 
 _FIELDS = {
     "calls": "step calls (admit id, hit tokens, allocated | preempt id | finish id)",
-    "block_ids": "block ids of the running requests (id, blocks)",
+    "block_ids": "block ids of the running requests",
     "free": "free blocks",
     "cached": "block ids holding a cached hash",
 }
@@ -160,16 +160,22 @@ def first_difference(expected: list[Snapshot], got: list[Snapshot]) -> str | Non
         for name, what in _FIELDS.items():
             a, b = getattr(want, name), getattr(have, name)
             if a != b:
-                detail = _first_item(a, b) if isinstance(a, tuple) else f"{a!r}, got {b!r}"
-                return f"step {step}: {what}: expected {detail}"
+                detail = _first_item(a, b) if isinstance(a, tuple) else f"expected {a!r}, got {b!r}"
+                return f"step {step}: {what}: {detail}"
     return None
 
 
-def _first_item(a: tuple[Any, ...], b: tuple[Any, ...]) -> str:
+def _first_item(a: tuple[Any, ...], b: tuple[Any, ...], at: str = "item") -> str:
+    """The first differing element; for a request's ``(id, blocks)`` the first block that
+    differs (``request 'q4' block 143: 593, got 592``), so a long list shows where it parts."""
     for k, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return f"item {k} {_short(x)}, got {_short(y)}"
-    return f"{len(a)} items, got {len(b)}"
+        if x == y:
+            continue
+        pair = isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y) == 2
+        if pair and x[0] == y[0] and isinstance(x[1], tuple) and isinstance(y[1], tuple):
+            return f"request {x[0]!r} " + _first_item(x[1], y[1], "block")
+        return f"{at} {k}: expected {_short(x)}, got {_short(y)}"
+    return f"expected {len(a)} {at}s, got {len(b)}"
 
 
 def _short(value: Any) -> str:
