@@ -40,16 +40,15 @@ from typing import Any
 from kvqueue import schema
 from kvqueue.errors import BenchInputError
 from kvqueue.history import history_sizing
-from kvqueue.measure import counts_run, interpreter_checks, runner
+from kvqueue.measure import counts_run, interpreter_checks, runner, stack_layout
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.rawdata import raw_reader
-from kvqueue.sources import cache_paths, loader, pool_loader
+from kvqueue.sources import cache_paths, loader
 from kvqueue.sources.fetch_errors import FetchError, ModuleMissing, NoReadableWheel
 from kvqueue.sources.package_index import IndexFile, list_releases
 from kvqueue.sources.release_cache import MEMBER, POOL_MEMBER
 from kvqueue.sources.release_fetch import fetch_members, fetch_release
 from kvqueue.sources.versions import is_version, version_key
-from kvqueue.subjects import pool_api
 
 #: The pairing the report's step table uses (stated in run.json and the report).
 PAIRING = (
@@ -158,22 +157,25 @@ def _queue_version(variant: loader.Variant) -> Version:
     )
 
 
-def _probe_pool(release: str, files: list[IndexFile] | None) -> Version:
-    """Fetch one release's pool members and load its ``BlockPool`` (no timing); its
-    version, keyed by the code the pool runs (:attr:`PoolVariant.code_sha256`)."""
-    fetch_members(release, files=files)
+def _probe_stack(release: str, files: list[IndexFile] | None, subject: str) -> Version:
+    """Load one release's stack (its ``BlockPool`` or ``KVCacheManager``, no timing); its
+    version, keyed by the code the stack runs (``code_sha256``: releases that differ only
+    where the stack does not run are one version)."""
+    kind = stack_layout.KINDS[subject]
+    if subject == schema.SUBJECT_POOL:
+        fetch_members(release, files=files)
     try:
-        pool = pool_loader.load_pool(f"vllm=={release}")
-        adaptations = pool_api.pool_api(pool.pool_cls, pool.utils).adaptations
-    except (pool_loader.PoolSourceError, pool_api.PoolAPIError) as exc:
+        variant = kind.load(f"vllm=={release}", f"vllm=={release}")
+        api = kind.api(variant)
+    except kind.errors as exc:
         raise loader.SourceError(str(exc)) from None
     return Version(
-        key=pool.code_sha256,
-        queue_sha256=pool.code_sha256,
+        key=variant.code_sha256,
+        queue_sha256=variant.code_sha256,
         block_sha256="",
-        adapter=", ".join(adaptations) or None,
+        adapter=", ".join(getattr(api, "adaptations", ())) or None,
         structure=loader.STRUCTURE_SENTINELS,
-        prefix=schema.POOL_LABEL_PREFIX,
+        prefix=schema.SUBJECT_LABEL_PREFIX[subject],
     )
 
 
@@ -222,30 +224,34 @@ def plan(
         order = [v for v in order if not _is_prerelease(v)]
     else:
         order = sorted(dict.fromkeys(releases), key=version_key, reverse=True)
-    pool = subject == schema.SUBJECT_POOL
+    stack = subject in stack_layout.KINDS
+    first_release = stack_layout.KINDS[subject].first_release if stack else ""
     versions: dict[str, Version] = {}
     skipped: list[dict[str, str]] = []
     probed: list[str] = []
     last_key: str | None = None  # the version of the previous release that loaded
     for index, release in enumerate(order):
-        if pool and version_key(release) < version_key(pool_loader.FIRST_POOL_RELEASE):
+        if stack and version_key(release) < version_key(first_release):
             if given:
-                first = pool_loader.FIRST_POOL_RELEASE
                 raise BenchInputError(
-                    f"vllm=={release}: the pool loader reads releases from {first} on"
+                    f"vllm=={release}: the {subject} loader reads releases from {first_release} on"
                 )
             skipped.append(
                 {
                     "release": f"{order[-1]} .. {release}",
-                    "reason": f"not probed: older than {pool_loader.FIRST_POOL_RELEASE}, the first "
-                    "release the pool loader reads",
+                    "reason": f"not probed: older than {first_release}, the first "
+                    f"release the {subject} loader reads",
                 }
             )
             break
         probed.append(release)
         try:
             files = listing.get(release)
-            found = _probe_pool(release, files) if pool else _queue_version(_probe(release, files))
+            found = (
+                _probe_stack(release, files, subject)
+                if stack
+                else _queue_version(_probe(release, files))
+            )
         except (ModuleMissing, loader.SourceError, NoReadableWheel) as exc:
             reason = str(exc)
             # Given releases are the user's choice: a class that fails to load stops the
@@ -284,8 +290,8 @@ def plan(
         notes += [f"no {'/'.join(version.missing)}"] if version.missing else []
         notes += [version.structure] if version.structure != loader.STRUCTURE_SENTINELS else []
         digests = (
-            f"pool code {version.queue_sha256[:8]}"
-            if pool
+            f"{subject} code {version.queue_sha256[:8]}"
+            if stack
             else f"queue {version.queue_sha256[:8]}, block {version.block_sha256[:8]}"
         )
         print(
@@ -353,19 +359,20 @@ def _own_record(version: Version, label: str, source: str) -> dict[str, Any]:
 def _own_version(newest: str, subject: str) -> dict[str, Any]:
     """``NEWEST``'s version record (:func:`own_version_record`; a pool's keyed by its
     code), or one line naming what cannot be read."""
-    if subject != schema.SUBJECT_POOL:
+    kind = stack_layout.KINDS.get(subject)
+    if kind is None:
         try:
             (variant,) = loader.load_variants([newest], block_mode="own")
         except loader.SourceError as exc:
             raise BenchInputError(f"NEWEST: {exc}") from None
         return own_version_record(variant)
     try:
-        pool = pool_loader.load_pool(newest)
-    except pool_loader.PoolSourceError as exc:
+        stack = kind.load(newest, newest)
+    except kind.errors as exc:
         raise BenchInputError(f"NEWEST: {exc}") from None
-    label = schema.variant_labels([newest], schema.POOL_LABEL_PREFIX)[0]
-    code = Version(key=pool.code_sha256, queue_sha256=pool.code_sha256, block_sha256="")
-    return _own_record(code, label, pool.source)
+    label = schema.variant_labels([newest], schema.SUBJECT_LABEL_PREFIX[subject])[0]
+    code = Version(key=stack.code_sha256, queue_sha256=stack.code_sha256, block_sha256="")
+    return _own_record(code, label, stack.source)
 
 
 def run_history(

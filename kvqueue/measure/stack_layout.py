@@ -43,6 +43,8 @@ class StackKind:
         ``smallest_pool``).
     errors
         What loading or adapting a source raises for a source that cannot be measured.
+    first_release
+        The oldest release its loader reads.
     """
 
     load: Callable[[str, str], Any]
@@ -51,6 +53,7 @@ class StackKind:
     runner: Callable[[str, Any, Any, int, int], Runner]
     cases: Any
     errors: tuple[type[Exception], ...]
+    first_release: str
 
 
 KINDS = {
@@ -61,6 +64,7 @@ KINDS = {
         runner=lambda case, api, pool, seed, size: pool_cases.make_runner(case, api, pool, seed),
         cases=pool_cases,
         errors=(pool_loader.PoolSourceError, pool_api.PoolAPIError, loader.SourceError),
+        first_release=pool_loader.FIRST_POOL_RELEASE,
     ),
     "manager": StackKind(
         load=manager_loader.load_manager,
@@ -73,6 +77,7 @@ KINDS = {
             manager_api.ManagerAPIError,
             loader.SourceError,
         ),
+        first_release=manager_loader.FIRST_RELEASE,
     ),
 }
 

@@ -54,9 +54,24 @@ POOL_HISTORY_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The same for ``SUBJECT=manager``: three sweep sizes and the serving stream on a
+#: 2,048-block pool (the sweeps' prompts cycle through twice the pool: a 100,000-block
+#: pool would hold 20,000 prompts per case in every process).
+MANAGER_HISTORY_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in HISTORY_DEFAULTS.items() if k != "block_mode"},
+    "subject": schema.SUBJECT_MANAGER,
+    "cases": ("sweep10", "sweep100", "sweep1000", "stream"),
+    "pools": (2048,),
+}
+_STACK_HISTORY_DEFAULTS = {
+    schema.SUBJECT_POOL: POOL_HISTORY_DEFAULTS,
+    schema.SUBJECT_MANAGER: MANAGER_HISTORY_DEFAULTS,
+}
+
+
 def history_defaults(subject: str | None) -> dict[str, Any]:
-    """:data:`HISTORY_DEFAULTS`, or :data:`POOL_HISTORY_DEFAULTS` for the pool subject."""
-    return POOL_HISTORY_DEFAULTS if subject == schema.SUBJECT_POOL else HISTORY_DEFAULTS
+    """:data:`HISTORY_DEFAULTS`, or a stack subject's (pool, manager)."""
+    return _STACK_HISTORY_DEFAULTS.get(str(subject), HISTORY_DEFAULTS)
 
 
 #: Bench fields that the history chooses: given, they are refused.
@@ -76,10 +91,11 @@ def from_text(texts: Mapping[str, str | None]) -> bench_params.BenchParams:
             make = spec_of(next(f for f in bench_params.bench_fields() if f.name == name)).make
             raise BenchInputError(f"{make} is chosen by make history, not given (use RELEASES)")
     given = bench_params.parse_texts(texts)
-    if given.get("subject") == schema.SUBJECT_POOL:
-        # Each pool runs its own release's block: BLOCK_MODE other than the recorded
+    stack = _STACK_HISTORY_DEFAULTS.get(str(given.get("subject")))
+    if stack is not None:
+        # Each stack runs its own release's block: BLOCK_MODE other than the recorded
         # `shared` is refused by the bench's own check.
-        values = {**POOL_HISTORY_DEFAULTS, **given}
+        values = {**stack, **given}
         return bench_params.make_params(**{**values, "variants": ("vllm==0.0.0", "vllm==0.0.1")})
     if given.get("block_mode", "own") != "own":
         # Shared blocks would time versions that differ in their block class only with
