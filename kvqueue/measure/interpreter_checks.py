@@ -178,7 +178,16 @@ def check_stack_source(source: str, subject: str = schema.SUBJECT_POOL) -> Any:
     kind = stack_layout.KINDS[subject]
     try:
         variant = kind.load(source, source)
-        kind.api(variant)
+        api = kind.api(variant)
     except kind.errors as exc:
         raise BenchInputError(f"{subject} variant '{source}': {exc}") from None
+    try:
+        # A swap the release cannot take (a pool whose constructor the manager does not
+        # call that way) fails here, in one line, before any gate or count.
+        kind.new(api, 64)
+    except Exception as exc:
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        raise BenchInputError(
+            f"{subject} variant '{source}' cannot be built: {type(exc).__name__}: {message}"
+        ) from None
     return variant
