@@ -270,6 +270,17 @@ def is_pool_label(label: object) -> bool:
     return str(label).startswith(POOL_LABEL_PREFIX)
 
 
+def subject_of_label(label: object) -> str:
+    """The subject a variant or version label belongs to, by its prefix
+    (:data:`SUBJECT_LABEL_PREFIX`): ``pool:...`` -> :data:`SUBJECT_POOL`, ``manager:...``
+    -> :data:`SUBJECT_MANAGER`, any other label -> :data:`SUBJECT_QUEUE`."""
+    text = str(label)
+    for subject, prefix in SUBJECT_LABEL_PREFIX.items():
+        if prefix and text.startswith(prefix):
+            return subject
+    return SUBJECT_QUEUE
+
+
 def variant_labels(sources: list[str], prefix: str = "") -> list[str]:
     """Return unique labels: ``prefix`` and the ``NAME=`` of a named source, else the
     source string; a source listed again (an A/A pair) gets ``#2``, ``#3``, ..."""

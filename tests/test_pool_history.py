@@ -148,8 +148,8 @@ def test_of_subject_splits_every_history_table() -> None:
 
     versions = pd.DataFrame({"version": ["vllm==1.0.0", "pool:vllm==1.0.0"]})
     steps = pd.DataFrame({"from_version": ["vllm==1.0.0", "pool:vllm==1.0.0"]})
-    assert list(history_present.of_subject(versions, pool=True)["version"]) == ["pool:vllm==1.0.0"]
-    assert list(history_present.of_subject(steps, pool=False)["from_version"]) == ["vllm==1.0.0"]
+    assert list(history_present.of_subject(versions, "pool")["version"]) == ["pool:vllm==1.0.0"]
+    assert list(history_present.of_subject(steps, "queue")["from_version"]) == ["vllm==1.0.0"]
 
 
 def test_a_pool_history_takes_the_pool_defaults_and_its_recorded_block_mode() -> None:

@@ -91,13 +91,13 @@ def _report(raw: Path, root: Path, *extra: str) -> Path:
     return root / "reports"
 
 
-#: The figures the fixture's report shows: every one but the BlockPool's forest and
-#: release history (the fixture holds queue runs only; tests/test_pool_subject.py
-#: renders a pool report; a pool history section appears only with a pool history).
+#: The figures the fixture's report shows: every one but the stack subjects' forests and
+#: release histories (the fixture holds queue runs only; tests/test_pool_subject.py
+#: renders a pool report; a pool or manager history section appears only with its history).
 SHOWN = {
     name: spec
     for name, spec in figures.FIGURES.items()
-    if name not in ("forest_pool", "history_pool")
+    if name not in ("forest_pool", "history_pool", "forest_manager", "history_manager")
 }
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.params.bench_params import make_assignments
+from kvqueue.params.bench_params import SUBJECT_OVERRIDES, make_assignments
 from kvqueue.params.report_params import ReportSettings
 from kvqueue.rawdata import raw_reader
 
@@ -86,11 +86,20 @@ FULL_POOLS = schema.POOLS
 FULL_CASES = schema.CASES
 #: The cases of the full protocol of the pool subject (``parameters.subject`` pool).
 FULL_POOL_CASES = schema.POOL_CASES
+#: The pools and cases of each subject's full protocol: its ``make bench`` defaults (the
+#: manager's one 2,048-block pool: ``kvqueue.params.bench_params.MANAGER_OVERRIDES``).
+FULL_PROTOCOL = {
+    subject: (
+        tuple(SUBJECT_OVERRIDES.get(subject, {}).get("pools", FULL_POOLS)),
+        tuple(schema.SUBJECT_CASES[subject]),
+    )
+    for subject in schema.SUBJECTS
+}
 
 
 def subject_of(run: raw_reader.Run) -> str:
-    """What a run measured: :data:`kvqueue.schema.SUBJECT_QUEUE` (runs recorded before
-    the field existed) or :data:`~kvqueue.schema.SUBJECT_POOL`."""
+    """What a run measured (:data:`kvqueue.schema.SUBJECTS`): its ``parameters.subject``,
+    :data:`kvqueue.schema.SUBJECT_QUEUE` for runs recorded before the field existed."""
     return str((run.meta.get("parameters") or {}).get("subject") or schema.SUBJECT_QUEUE)
 
 
@@ -99,7 +108,8 @@ def protocol(run: raw_reader.Run) -> str:
 
     The *full protocol* is: not ``quick``, at least :data:`kvqueue.stats.paired_stats.MIN_PROCESSES`
     main-phase processes (fewer give no CI), and pools and main-phase cases that include
-    the defaults :data:`FULL_POOLS` and :data:`FULL_CASES` (more is fine).
+    the defaults of its subject (:data:`FULL_PROTOCOL`; the queue's :data:`FULL_POOLS`
+    and :data:`FULL_CASES`; more is fine).
 
     Returns
     -------
@@ -121,9 +131,9 @@ def protocol(run: raw_reader.Run) -> str:
     short = []
     pools = params.get("pools") if isinstance(params.get("pools"), list) else []
     cases = params.get("cases") if isinstance(params.get("cases"), list) else []
-    if not set(FULL_POOLS) <= set(pools):
+    full_pools, full_cases = FULL_PROTOCOL.get(subject_of(run), (FULL_POOLS, FULL_CASES))
+    if not set(full_pools) <= set(pools):
         short.append(f"pools {' '.join(map(str, pools)) or 'none'} only")
-    full_cases = FULL_POOL_CASES if subject_of(run) == schema.SUBJECT_POOL else FULL_CASES
     if not set(full_cases) <= set(cases):
         short.append(f"cases {' '.join(map(str, cases)) or 'none'} only")
     return f"reduced ({'; '.join(short)})" if short else FULL

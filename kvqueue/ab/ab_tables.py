@@ -47,9 +47,23 @@ CASE_TITLES = {
         for n in (10, 50, 100, 500, 1000)
     },
     "churn": "BlockPool: one request's allocation path under prefix caching (churn)",
+    **{
+        f"sweep{n}": f"KVCacheManager: one request of {n} blocks admitted and freed (sweep{n})"
+        for n in (10, 30, 100, 300, 1000)
+    },
+    "stream": "KVCacheManager: one scheduler step of a serving stream (stream)",
 }
 #: The cases a pool comparison shows: every pool case (vLLM's loop at its five sizes).
 POOL_HEADLINE_CASES = schema.POOL_CASES
+#: The cases a manager comparison shows: every manager case (the five sweeps, the stream).
+MANAGER_HEADLINE_CASES = schema.MANAGER_CASES
+#: The cases each subject's comparisons show first (the queue's: ``make report CASES``'s
+#: default).
+SUBJECT_HEADLINE_CASES = {
+    schema.SUBJECT_QUEUE: HEADLINE_CASES,
+    schema.SUBJECT_POOL: POOL_HEADLINE_CASES,
+    schema.SUBJECT_MANAGER: MANAGER_HEADLINE_CASES,
+}
 CASE_CYCLES = {
     "alloc1": "one cycle = `blocks = q.popleft_n(1); q.append_n(blocks)`",
     "alloc2": "one cycle = `blocks = q.popleft_n(2); q.append_n(blocks)`",
@@ -72,6 +86,19 @@ CASE_CYCLES = {
         "one request finished (its blocks freed, last first) and one admitted (prefix looked "
         "up with `get_cached_block`, hits `touch`-ed, the rest from `get_new_blocks`, which "
         "evicts, full blocks cached); times are ns per request"
+    ),
+    **{
+        f"sweep{n}": (
+            f"one request of {n} full blocks with no cache hit, admitted and finished "
+            "(`Request()`, `get_computed_blocks`, `allocate_slots`, `free`), every "
+            "allocation evicting a cached block; times are ns per request"
+        )
+        for n in (10, 30, 100, 300, 1000)
+    },
+    "stream": (
+        "one scheduler step of a serving-shaped stream (admissions while fewer than 16 "
+        "run, one decode `allocate_slots` per running request, preemption when allocation "
+        "fails, `free` when done); times are ns per step"
     ),
 }
 

@@ -216,8 +216,9 @@ def discoveries(steps: list[dict[str, Any]], q: float) -> list[dict[str, Any]]:
     together, any other run alone)."""
     families: dict[str, list[int]] = {}
     for i, s in enumerate(steps):
-        # The queue's history and the pool's answer two questions: two families.
-        answer = "pool" if schema.is_pool_label(s.get("from_version", "")) else ""
+        # Each subject's history (queue, pool, manager) answers its own question: one
+        # family per subject.
+        answer = schema.subject_of_label(s.get("from_version", ""))
         families.setdefault(answer if s["headline"] else s["run_id"], []).append(i)
     significant = [False] * len(steps)
     for members in families.values():

@@ -39,7 +39,7 @@ from typing import Any
 
 from kvqueue import schema
 from kvqueue.errors import BenchInputError
-from kvqueue.history import history_sizing
+from kvqueue.history import history_diffs, history_sizing
 from kvqueue.measure import counts_run, interpreter_checks, runner, stack_layout
 from kvqueue.params.bench_params import BenchParams
 from kvqueue.rawdata import raw_reader
@@ -479,7 +479,9 @@ def fetch_history_releases(
 ) -> int:
     """Fetch into the release cache every release :func:`history_releases` names that is
     not cached yet (each checked against its wheel's RECORD; a ``BlockPool`` history's
-    with its ``block_pool.py``); return how many were fetched. ``say`` gets a line per
+    with its ``block_pool.py``, a ``KVCacheManager`` history's with the files its step
+    diffs show: :data:`kvqueue.history.history_diffs.STACK_FILES`); return how many were
+    fetched. ``say`` gets a line per
     release fetched and, with ``summary``, one line of the whole (``make diffs``).
 
     Raises
@@ -491,17 +493,27 @@ def fetch_history_releases(
     first = _first_releases(raw_dir)
     releases = sorted(set(first.values()), key=version_key)
     pools = {r for label, r in first.items() if schema.is_pool_label(label)}
-    missing = [
-        r
-        for r in releases
-        if not cache_paths.cached_path(r).is_file()
-        or (r in pools and not cache_paths.member_cached_path(r, POOL_MEMBER).is_file())
-    ]
+    # A manager history's diffs show the files its stack runs whole (history_diffs).
+    managers = {
+        r for label, r in first.items() if schema.subject_of_label(label) == schema.SUBJECT_MANAGER
+    }
+    manager_files = (MEMBER, *history_diffs.STACK_FILES[schema.SUBJECT_MANAGER])
+
+    def cached(release: str) -> bool:
+        wanted = [*((POOL_MEMBER,) if release in pools else ())]
+        wanted += [*(manager_files if release in managers else ())]
+        return cache_paths.cached_path(release).is_file() and all(
+            cache_paths.member_cached_path(release, m).is_file() for m in wanted
+        )
+
+    missing = [r for r in releases if not cached(r)]
     started = time.perf_counter()
     for k, release in enumerate(missing, 1):
         if release in pools:
             fetch_members(release)
-        else:
+        if release in managers:
+            fetch_members(release, manager_files, frozenset())
+        if release not in pools and release not in managers:
             fetch_release(release)
         say(f"diffs: {release} cached ({k}/{len(missing)})")
     if not summary:

@@ -1,5 +1,7 @@
 """What changed at a history step: a short unified diff of the queue and block classes of
-two releases (of a ``BlockPool`` history: ``block_pool.py`` too), read from the local
+two releases (of a stack subject's history, the files it runs whole first: a
+``BlockPool`` history's ``block_pool.py``, a ``KVCacheManager`` history's manager,
+coordinator, single-type managers and pool: :data:`STACK_FILES`), read from the local
 release cache at report time.
 
 The cached files are vLLM source (:mod:`kvqueue.sources.cache_paths` gives their path rule); the
@@ -18,6 +20,7 @@ import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvqueue import schema
 from kvqueue.sources import cache_paths
 from kvqueue.sources.release_cache import POOL_MEMBER
 
@@ -62,10 +65,25 @@ def class_texts(text: str) -> dict[str, str]:
     return out
 
 
-def compared(pool: bool) -> str:
-    """What a step's diff compares, in Markdown."""
+#: The files a stack subject's history step diffs whole, before the two classes (a queue
+#: history: none), in the order the stack calls them.
+STACK_FILES: dict[str, tuple[str, ...]] = {
+    schema.SUBJECT_QUEUE: (),
+    schema.SUBJECT_POOL: (POOL_MEMBER,),
+    schema.SUBJECT_MANAGER: (
+        "vllm/v1/core/kv_cache_manager.py",
+        "vllm/v1/core/kv_cache_coordinator.py",
+        "vllm/v1/core/single_type_kv_cache_manager.py",
+        POOL_MEMBER,
+    ),
+}
+
+
+def compared(subject: str) -> str:
+    """What a step's diff of ``subject``'s history compares, in Markdown."""
     classes = " and ".join(f"`{c}`" for c in CLASSES)
-    return f"`block_pool.py`, {classes}" if pool else classes
+    files = [f"`{m.rsplit('/', 1)[-1]}`" for m in STACK_FILES.get(subject, ())]
+    return ", ".join([*files, classes])
 
 
 def _read(release: str, cache: Path | None, member: str = cache_paths.MODULE_NAME) -> str | None:
@@ -96,10 +114,10 @@ def step_diff(
     *,
     cache: Path | None = None,
     max_lines: int = MAX_LINES,
-    pool: bool = False,
+    subject: str = schema.SUBJECT_QUEUE,
 ) -> str:
-    """The diff of :data:`CLASSES` (``pool``: ``block_pool.py`` first) between two
-    history versions, as Markdown.
+    """The diff of :data:`CLASSES` (a stack ``subject``: its :data:`STACK_FILES` first)
+    between two history versions, as Markdown.
 
     Parameters
     ----------
@@ -127,18 +145,19 @@ def step_diff(
         texts.append(class_texts(text))
         names.append(release)
     diff: list[str] = []
-    if pool:
-        pools = [_read(name, cache, POOL_MEMBER) for name in names]
-        if None in pools:
-            missing = names[pools.index(None)]
-            return f"`{missing}`: block_pool.py {NOT_CACHED}."
+    for member in STACK_FILES.get(subject, ()):
+        file = member.rsplit("/", 1)[-1]
+        whole = [_read(name, cache, member) for name in names]
+        if None in whole:
+            missing = names[whole.index(None)]
+            return f"`{missing}`: {file} {NOT_CACHED}."
         diff += [
             line.rstrip("\n")
             for line in difflib.unified_diff(
-                str(pools[0]).splitlines(keepends=True),
-                str(pools[1]).splitlines(keepends=True),
-                f"{names[0]}: block_pool.py",
-                f"{names[1]}: block_pool.py",
+                str(whole[0]).splitlines(keepends=True),
+                str(whole[1]).splitlines(keepends=True),
+                f"{names[0]}: {file}",
+                f"{names[1]}: {file}",
                 n=1,
             )
         ]
@@ -155,7 +174,8 @@ def step_diff(
             )
         ]
     if not diff:
-        return f"No difference in the text of {'these files' if pool else 'these two classes'}."
+        files = "these files" if STACK_FILES.get(subject) else "these two classes"
+        return f"No difference in the text of {files}."
     shown = diff[:max_lines]
     more = len(diff) - len(shown)
     tail = f"\n\n… {more} more diff lines" if more else ""

@@ -126,8 +126,11 @@ def note(versions: pd.DataFrame, counts: pd.DataFrame | None = None) -> str:
     adapters = sorted(set(head.loc[head["adapter"] != "", "releases"]))
     lo, hi = n_versions.min(), n_versions.max()
     count = f"{lo}" if lo == hi else f"{lo}–{hi}"
-    if schema.is_pool_label(head["version"].iloc[0]):
+    subject = schema.subject_of_label(head["version"].iloc[0])
+    if subject == schema.SUBJECT_POOL:
         return _pool_note(head, count) + _reduced_text(head)
+    if subject == schema.SUBJECT_MANAGER:
+        return _manager_note(head, count) + _reduced_text(head)
     text = (
         f"Each distinct (queue class, block class) version of the vLLM releases, "
         f"{count} per interpreter, timed in every process "
@@ -175,7 +178,12 @@ def _pool_note(head: pd.DataFrame, count: str) -> str:
         "passed the pool gate against the newest, with the differences by design named "
         "per pair."
     )
-    # Consecutive versions with the same adaptations as one release range.
+    return text + _adaptations(head)
+
+
+def _adaptations(head: pd.DataFrame) -> str:
+    """Consecutive versions with the same adaptation of the API drift as one release range:
+    `` Called through adaptations of the API drift: 0.9.0–0.9.2: ...`` ('' without any)."""
     spans: list[list[str]] = []  # [first release, last release, adapter]
     for r in head.drop_duplicates("version").sort_values("order").itertuples():
         if spans and spans[-1][2] == r.adapter:
@@ -183,18 +191,40 @@ def _pool_note(head: pd.DataFrame, count: str) -> str:
         else:
             spans.append([str(r.first_release), str(r.last_release), str(r.adapter)])
     adapted = [f"{a if a == b else f'{a}–{b}'}: {how}" for a, b, how in spans if how]
-    if adapted:
-        text += " Called through adaptations of the API drift: " + "; ".join(adapted) + "."
-    return text
+    return (
+        " Called through adaptations of the API drift: " + "; ".join(adapted) + "."
+        if adapted
+        else ""
+    )
 
 
-def of_subject(df: pd.DataFrame, pool: bool) -> pd.DataFrame:
-    """The rows of ``history``, ``history_steps`` or ``count_steps`` of one subject: the
-    ``BlockPool``'s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`) or the queue's."""
+def _manager_note(head: pd.DataFrame, count: str) -> str:
+    """The method note of a ``KVCacheManager`` release history."""
+    return (
+        f"Each distinct `KVCacheManager` stack of the vLLM releases ({count} per interpreter): "
+        "releases whose manager, coordinator, single-type managers, `BlockPool`, `Request` "
+        "and the definitions they use (the queue, the block, the hash helpers) are "
+        "byte-identical are one version, timed under its newest release. Every process "
+        "times every version, each as its release runs it, on a fresh manager per version "
+        "and case, through the calls vLLM's scheduler makes (`kvqueue.subjects."
+        "manager_cases`: `sweepN` admits and frees one request of N blocks with no cache "
+        "hit, `stream` is one scheduler step). Paired as the queue's history: each step "
+        "against its predecessor as per-process ratios, the median's order-statistic "
+        "interval over processes, positive = the newer release is slower. Every version "
+        "passed the manager gate (a scheduler trace replayed step by step) against the "
+        "newest, with the differences by design recorded. CPU only: no GPU time, no "
+        "batching on the GPU." + _adaptations(head)
+    )
+
+
+def of_subject(df: pd.DataFrame, subject: str) -> pd.DataFrame:
+    """The rows of ``history``, ``history_steps`` or ``count_steps`` of one subject
+    (:data:`kvqueue.schema.SUBJECTS`), told apart by the label prefix of their versions
+    (:func:`kvqueue.schema.subject_of_label`)."""
     if df.empty:
         return df
     column = "version" if "version" in df.columns else "from_version"
-    return df[df[column].astype(str).str.startswith(schema.POOL_LABEL_PREFIX) == pool]
+    return df[df[column].map(schema.subject_of_label) == subject]
 
 
 def figure(

@@ -31,7 +31,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvqueue import plotstyle, schema
 from kvqueue.ab import ab_analysis
-from kvqueue.ab.ab_tables import HEADLINE_CASES, POOL_HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES, MANAGER_HEADLINE_CASES, POOL_HEADLINE_CASES
 from kvqueue.formatting import ci_header, fmt_pool
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
@@ -520,6 +520,15 @@ FIGURES: dict[str, FigureSpec] = {
         lambda data: forest(data, cases=POOL_HEADLINE_CASES),
         ("summary",),
     ),
+    "forest_manager": FigureSpec(
+        "Forest plot of vLLM's KVCacheManager",
+        "Forest plot: time reduction in percent with its confidence interval for every "
+        "manager case (one request of 10 to 1,000 blocks admitted and freed, and one "
+        "scheduler step of a serving stream) at each pool size, one panel per comparison "
+        "of managers, one colour per interpreter and one marker per host.",
+        lambda data: forest(data, cases=MANAGER_HEADLINE_CASES),
+        ("summary",),
+    ),
     "forest_all": FigureSpec(
         "Forest plot of every case",
         "Forest plot: time reduction in percent with its confidence interval for every "
@@ -562,7 +571,7 @@ FIGURES: dict[str, FigureSpec] = {
         "under the false-discovery control are filled and numbered, red where the "
         "instruction counts moved too and grey where only the time did, with a key of their "
         "release ranges.",
-        lambda data: _history(data, pool=False),
+        lambda data: _history(data, schema.SUBJECT_QUEUE),
         ("history", "history_steps", "count_steps"),
     ),
     "history_pool": FigureSpec(
@@ -573,17 +582,42 @@ FIGURES: dict[str, FigureSpec] = {
         "with its 95% interval on a log axis in percent, (x) its instruction change where "
         "counted; filled and numbered where the step holds up under the false-discovery "
         "control (red: the instruction counts moved too; grey: time only).",
-        lambda data: _history(data, pool=True),
+        lambda data: _history(data, schema.SUBJECT_POOL),
+        ("history", "history_steps", "count_steps"),
+    ),
+    "history_manager": FigureSpec(
+        "Each KVCacheManager release step's change in time, paired",
+        "As the queue's release history, for vLLM's KVCacheManager stack: per interpreter "
+        "(rows) and case (columns), each step between two distinct manager versions (the "
+        "manager, coordinator, single-type managers and pool of a release) as the median "
+        "per-process ratio newer/older with its 95% interval on a log axis in percent, (x) "
+        "its instruction change where counted; filled and numbered where the step holds up "
+        "under the false-discovery control (red: the instruction counts moved too; grey: "
+        "time only).",
+        lambda data: _history(data, schema.SUBJECT_MANAGER),
         ("history", "history_steps", "count_steps"),
     ),
 }
 
+#: The history figure of each subject (a key of :data:`FIGURES`).
+HISTORY_FIGURES = {
+    schema.SUBJECT_QUEUE: "history",
+    schema.SUBJECT_POOL: "history_pool",
+    schema.SUBJECT_MANAGER: "history_manager",
+}
+#: The forest figure of each subject's comparisons.
+FOREST_FIGURES = {
+    schema.SUBJECT_QUEUE: "forest",
+    schema.SUBJECT_POOL: "forest_pool",
+    schema.SUBJECT_MANAGER: "forest_manager",
+}
 
-def _history(data: store.Processed, pool: bool) -> Figure:
-    """The release-history figure of one subject (the queue's, or the ``BlockPool``'s)."""
+
+def _history(data: store.Processed, subject: str) -> Figure:
+    """The release-history figure of one subject (:data:`kvqueue.schema.SUBJECTS`)."""
     return history_present.figure(
         *(
-            history_present.of_subject(t, pool)
+            history_present.of_subject(t, subject)
             for t in (data.history, data.history_steps, data.count_steps)
         )
     )

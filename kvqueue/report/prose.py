@@ -78,28 +78,40 @@ def _design_sentence(group: pd.DataFrame) -> str:
     return text
 
 
+#: What each subject's gate checks (the methods' and validation's words).
+_GATE_TEXT = {
+    schema.SUBJECT_QUEUE: "a seeded differential check against a list model plus an "
+    "invalid-operation comparison with the baseline",
+    schema.SUBJECT_POOL: "a seeded script of allocations, cache hits with touch, frees in "
+    "eviction order, eviction by exhaustion and resets run on every pool and the baseline "
+    "pool in lockstep, every call's result and the whole pool state compared, with the "
+    "pool's invariants checked after every call",
+    schema.SUBJECT_MANAGER: "a seeded trace of scheduler steps (admissions, decode "
+    "allocations, preemptions, frees) replayed on every manager and the baseline manager "
+    "in lockstep, every admission's hits, every running request's block ids, the free "
+    "count and the cached blocks compared after every step, with the manager's "
+    "invariants (free + held = the pool, reference counts = holders) checked",
+}
+#: How a subject's gate is introduced when another subject's comes first.
+_GATE_FOR = {
+    schema.SUBJECT_QUEUE: "for the queues, ",
+    schema.SUBJECT_POOL: "for the pools, ",
+    schema.SUBJECT_MANAGER: "for the managers, ",
+}
+
+
 def _gate_sentence(data: store.Processed, heads: pd.DataFrame) -> str:
     """State the validation-gate outcome as recorded in run.json, never assume it."""
     v = data.variants.merge(heads[["host", "run_id"]], on=["host", "run_id"])
     passed = v["gate_ok"].fillna(False).astype(bool)
     if len(v) and passed.all():
-        pools = v["label"].astype(str).str.startswith(schema.POOL_LABEL_PREFIX)
+        present = set(v["label"].map(schema.subject_of_label))
         ops = v["gate_ops_checked"].dropna()
         ops_text = f" ({int(ops.min()):,} or more checked operations each)" if len(ops) else ""
         what = []
-        if not pools.all():
-            what.append(
-                "a seeded differential check against a list model plus an invalid-operation "
-                "comparison with the baseline"
-            )
-        if pools.any():
-            what.append(
-                ("for the pools, " if not pools.all() else "")
-                + "a seeded script of allocations, cache hits with touch, frees in eviction "
-                "order, eviction by exhaustion and resets run on every pool and the baseline "
-                "pool in lockstep, every call's result and the whole pool state compared, "
-                "with the pool's invariants checked after every call"
-            )
+        for subject in (s for s in schema.SUBJECTS if s in present):
+            # Each subject's gate in its own words; after the first, named.
+            what.append(("" if not what else _GATE_FOR[subject]) + _GATE_TEXT[subject])
         return (
             f"Every variant of every headline run ({len(v)} in all) passed the validation "
             f"gate{ops_text}: {'; '.join(what)}, run before anything was timed."
@@ -111,18 +123,26 @@ def _gate_sentence(data: store.Processed, heads: pd.DataFrame) -> str:
 def _block_sentence(heads: pd.DataFrame, blocks: str) -> str:
     """What the variants of the headline runs shared: one block class (the queue
     subject), or nothing (each pool is its release's whole allocation path)."""
-    pools = heads["baseline"].astype(str).str.startswith(schema.POOL_LABEL_PREFIX)
+    subjects = heads["baseline"].map(schema.subject_of_label)
     out = []
-    if not pools.all():
+    if (subjects == schema.SUBJECT_QUEUE).any():
         out.append(
-            f"All variants of a {'queue ' if pools.any() else ''}run shared one "
-            f"`KVCacheBlock` class (from {blocks}), so only the queue code differs."
+            f"All variants of a {'queue ' if not subjects.eq(schema.SUBJECT_QUEUE).all() else ''}"
+            f"run shared one `KVCacheBlock` class (from {blocks}), so only the queue code "
+            "differs."
         )
-    if pools.any():
+    if (subjects == schema.SUBJECT_POOL).any():
         out.append(
             "Each pool variant is vLLM's whole `BlockPool` of its source with that source's "
             "own `KVCacheBlock` and `FreeKVCacheBlockQueue` (a `+queue=` variant: the queue "
             "named), loaded without torch; events off, no metrics collector."
+        )
+    if (subjects == schema.SUBJECT_MANAGER).any():
+        out.append(
+            "Each manager variant is vLLM's whole `KVCacheManager` stack of its source "
+            "(coordinator, single-type manager, `BlockPool`, queue, block and `Request` of "
+            "that source; a `+queue=` or `+pool=` variant: the part named), loaded without "
+            "torch; events and statistics off."
         )
     return " ".join(out)
 
@@ -498,3 +518,54 @@ def _window_rank(window: str) -> float:
         return float(window)
     except ValueError:
         return float("inf")
+
+
+#: vLLM PR #21005's claim for the manager: the sizes it names (blocks per request) and
+#: its words, quoted beside the measured saving of the matching ``sweepN``.
+PR_21005_CLAIM = '"up to ~1 ms TTFT savings"'
+PR_21005_BLOCKS = (10, 1000)
+
+
+def _claim_cell(r: Any) -> str:
+    """One sweep's measured saving per request: instructions, and time where timed."""
+    text = f"{r.case} {r.saving_instr:+,.0f} instructions" if not is_na(r.saving_instr) else r.case
+    if not is_na(r.saving_ns):
+        text += f" / {r.saving_ns / 1000:+,.1f} µs"
+        if not is_na(r.saving_ns_low) and not is_na(r.saving_ns_high):
+            text += f" [{r.saving_ns_low / 1000:+,.1f}, {r.saving_ns_high / 1000:+,.1f}]"
+    return text
+
+
+def cpu_only_note(savings: pd.DataFrame) -> str:
+    """What a CPU-only measurement of the manager cannot show, and vLLM PR #21005's TTFT
+    claim beside the measured saving per request of the sweeps of its sizes
+    (:func:`kvqueue.ab.count_tables.request_savings`: instructions; time only where a
+    timed run measured the cell, never converted from instructions). Markdown."""
+    text = (
+        "These figures are the scheduler's CPU work in vLLM's KV-cache manager, measured "
+        "without a GPU: they cannot show GPU time, the model, how requests are batched on "
+        "the GPU, or how the scheduler's step overlaps the GPU's. They are not "
+        "extrapolated to time to first token (TTFT): a saving per request bounds its "
+        "effect on TTFT only where the scheduler's step is on the critical path."
+    )
+    lo, hi = PR_21005_BLOCKS
+    sweeps = savings[savings["blocks"].between(lo, hi)] if len(savings) else savings
+    if sweeps.empty:
+        return text
+    timed = sweeps["saving_ns"].notna().any()
+    lines = []
+    for (host, interp), grp in sweeps.groupby(["host", "interpreter"], sort=True):
+        lines.append(f"- {host}, {interp}: " + "; ".join(_claim_cell(r) for r in grp.itertuples()))
+    unit = (
+        "instructions per request, and where a timed run measured the cell the time it "
+        "saved per request (paired, 95% CI)"
+        if timed
+        else "instructions per request; no timed run measured these cells, so these are "
+        "instructions, not time: a count is never converted to time"
+    )
+    return (
+        text + f"\n\nvLLM PR #21005 claims {PR_21005_CLAIM} for requests of {lo:,} to {hi:,} "
+        f"blocks. Measured here, the saving per request of the sweeps of those sizes ({unit}):"
+        + "\n\n"
+        + "\n".join(lines)
+    )

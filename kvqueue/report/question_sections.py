@@ -62,20 +62,20 @@ def figure_names(question: Question, cases: Sequence[str] = HEADLINE_CASES) -> l
     if question.kind == questions.HISTORY and question.data.history.empty:
         return []  # a history only counted: its steps are a list and a table
     names = _FIGURES[question.kind]
-    if question.kind == questions.HISTORY and question.is_pool:
-        return ["history_pool"]
+    if question.kind == questions.HISTORY:
+        return [figures.HISTORY_FIGURES[question.subject]]
     return [forest_name(question) if n == "forest" else n for n in names]
 
 
 def forest_name(question: Question) -> str:
-    """The forest figure of an A/B question: the pool subject's for a pool comparison."""
-    return "forest_pool" if question.is_pool else "forest"
+    """The forest figure of an A/B question: its subject's (a pool's, a manager's)."""
+    return figures.FOREST_FIGURES[question.subject]
 
 
 def draw(question: Question, name: str, folder: Path, cases: Sequence[str]) -> Path:
     """Draw one figure of the question into ``folder`` (or copy it from the build cache:
     :func:`kvqueue.report.figures.cached`) and return the PNG's path."""
-    if name in ("forest", "forest_pool"):
+    if name in figures.FOREST_FIGURES.values():
         shown = cases_shown(question.data, cases)
         draw_forest = lambda: figures.forest(question.data, cases=shown)  # noqa: E731
         return figures.cached(
@@ -163,6 +163,9 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     ci = ci_header(data.settings.confidence)
     verdict = ab_tables.verdict_sentence(data, measured)
     intro = _ab_intro(question, shown, cases)
+    stack = _stack_sections(question, data.count_pairs, data.summary)
+    if verdict and stack:
+        verdict = _with_saving(verdict, _savings(question))
     out = [
         Section(
             "title",
@@ -245,6 +248,7 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     only = count_tables.counts_only(pairs, data.summary) if len(pairs) else pairs
     if len(only) and question.pair is not None:
         out.append(_counts_only_section(data, only, question.pair, level=3))
+    out += stack
     out += [
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
@@ -292,7 +296,10 @@ def _counts_ab(question: Question) -> list[Section]:
     reproduce commands and the runs used."""
     data = question.data
     cand, base = question.pair or ("?", "?")
-    rows = data.count_pairs
+    # A stack subject's scoped rows hold the other candidates of its runs against the
+    # same baseline too (the swap shares read them): the pair's own are the answer.
+    every = data.count_pairs
+    rows = every[(every["candidate"] == cand) & (every["baseline"] == base)]
     runs = rows[["host", "interpreter", "run_id"]].drop_duplicates()
     intro = (
         f"Instructions executed per operation by `{cand}` (candidate) against `{base}` "
@@ -300,12 +307,86 @@ def _counts_ab(question: Question) -> list[Section]:
         f"{runs['interpreter'].nunique()} interpreter(s); no timed run compared them, so "
         "this says which executes fewer instructions, not how much faster or slower it is."
     )
+    stack = _stack_sections(question, every, data.summary)
+    if stack:
+        verdict = _with_saving(
+            count_tables.counts_verdict_sentence(rows, cand, base), _savings(question)
+        )
+        intro = f"**{verdict}**\n\n{intro}"
     used = "\n".join(f"- {r.host}/{r.run_id}: {r.interpreter}" for r in runs.itertuples())
     return [
         Section("title", question.title, level=1, note=intro),
         _counts_only_section(data, rows, (cand, base), level=2),
+        *stack,
         Section("reproduce", "Reproduce", note=_commands("bench", data, runs)),
         Section("runs", "Runs used", note=used, detail=True),
+    ]
+
+
+def _savings(question: Question) -> pd.DataFrame:
+    """The pair's saving per operation and per block
+    (:func:`kvqueue.ab.count_tables.request_savings`)."""
+    cand, base = question.pair or ("?", "?")
+    data = question.data
+    return count_tables.request_savings(data.count_pairs, data.summary, cand, base)
+
+
+def _with_saving(verdict: str, savings: pd.DataFrame) -> str:
+    """The verdict sentence with what the largest request saves (per request, per
+    block) after it."""
+    phrase = count_tables.largest_sweep_phrase(savings) if len(savings) else ""
+    if not verdict or not phrase:
+        return verdict
+    return verdict.rstrip(".") + "; " + phrase + "."
+
+
+#: The subjects whose writeup reads the saving per request and per block, the share a
+#: swap explains and what a CPU-only measurement cannot show (the manager: what the
+#: scheduler calls per request).
+_PER_REQUEST_SUBJECTS = (schema.SUBJECT_MANAGER,)
+
+
+def _stack_sections(
+    question: Question, pairs: pd.DataFrame, summary: pd.DataFrame
+) -> list[Section]:
+    """A manager comparison's own sections: the saving per request and per block
+    (instructions; time where a timed run measured it), the share of a whole candidate's
+    saving a ``+queue=``/``+pool=`` swap explains
+    (:func:`kvqueue.stats.count_figures.swap_shares`), and what a CPU-only measurement
+    cannot show, with vLLM PR #21005's claim beside the matching sweeps. None for
+    another subject."""
+    if question.subject not in _PER_REQUEST_SUBJECTS or question.pair is None:
+        return []
+    cand, base = question.pair
+    savings = count_tables.request_savings(pairs, summary, cand, base)
+    if savings.empty:
+        return []
+    shares = count_tables.swap_shares_of(pairs, cand, base)
+    note = (
+        "What the candidate saves per operation (one request of `sweepN`: N blocks "
+        "admitted and freed with no cache hit; one scheduler step of `stream`) and per "
+        "block (`sweepN`: per request / N), positive = the candidate executes fewer "
+        "instructions or takes less time. Instructions are the counts' (deterministic); a "
+        "time column appears only where a paired timed run measured the cell (the "
+        "baseline's median time × the paired reduction, with its interval)."
+    )
+    swap = count_tables.swap_sentence(shares, cand)
+    if swap:
+        note += "\n\n" + swap
+    return [
+        Section(
+            "per-request",
+            "Saving per request and per block",
+            level=3,
+            note=note,
+            table=count_tables.request_savings_table(savings),
+        ),
+        Section(
+            "cpu-only",
+            "What a CPU-only measurement cannot show",
+            level=3,
+            note=prose.cpu_only_note(savings),
+        ),
     ]
 
 
@@ -317,8 +398,8 @@ def _counts_history(question: Question) -> list[Section]:
     runs = counts[["host", "interpreter", "run_id"]].drop_duplicates()
     labels = list(dict.fromkeys([*counts["from_version"], *counts["to_version"]]))
     intro = (
-        f"Instructions per operation of {len(labels)} distinct versions of vLLM's "
-        f"`FreeKVCacheBlockQueue` and `KVCacheBlock`, from `{labels[0]}` to `{labels[-1]}`, "
+        f"Instructions per operation of {len(labels)} distinct versions of "
+        f"{_HISTORY_WHAT[question.subject]}, from `{labels[0]}` to `{labels[-1]}`, "
         f"counted under cachegrind ("
         + ", ".join(f"{r.host}/{r.run_id}, {r.interpreter}" for r in runs.itertuples())
         + "). "
@@ -341,6 +422,15 @@ def _counts_history(question: Question) -> list[Section]:
         ),
         Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
     ]
+
+
+#: What each subject's release history holds (a version: one distinct text of these).
+_HISTORY_WHAT = {
+    schema.SUBJECT_QUEUE: "vLLM's `FreeKVCacheBlockQueue` and `KVCacheBlock`",
+    schema.SUBJECT_POOL: "vLLM's `BlockPool` (with the queue and block it runs)",
+    schema.SUBJECT_MANAGER: "vLLM's `KVCacheManager` stack (coordinator, single-type "
+    "managers, `BlockPool`, queue and `Request`)",
+}
 
 
 def _pair_variants(question: Question) -> store.Processed:
@@ -424,14 +514,19 @@ def _history(question: Question) -> list[Section]:
     runs = versions[["host", "interpreter", "run_id"]].drop_duplicates()
     steps = _ordered_steps(steps, versions) if not steps.empty else steps
     hosts, pythons = runs["host"].nunique(), runs["interpreter"].nunique()
-    pool = schema.is_pool_label(head["version"].iloc[0])
-    what = (
-        "ns per operation (a round of vLLM's loop, or a request) of {n} distinct versions "
-        "of vLLM's `BlockPool` as each release runs it (its `block_pool.py` and what it "
-        "uses of `kv_cache_utils.py`: the queue and the block)"
-        if pool
-        else "ns per cycle of {n} distinct versions of vLLM's `FreeKVCacheBlockQueue` and "
-        "`KVCacheBlock`"
+    subject = schema.subject_of_label(head["version"].iloc[0])
+    what = {
+        schema.SUBJECT_POOL: "ns per operation (a round of vLLM's loop, or a request) of {n} "
+        "distinct versions of vLLM's `BlockPool` as each release runs it (its "
+        "`block_pool.py` and what it uses of `kv_cache_utils.py`: the queue and the block)",
+        schema.SUBJECT_MANAGER: "ns per operation (a request of N blocks admitted and freed, "
+        "or a scheduler step) of {n} distinct versions of vLLM's `KVCacheManager` stack as "
+        "each release runs it (manager, coordinator, single-type managers, `BlockPool`, "
+        "queue and `Request`)",
+    }.get(
+        subject,
+        "ns per cycle of {n} distinct versions of vLLM's `FreeKVCacheBlockQueue` and "
+        "`KVCacheBlock`",
     ).format(n=len(head))
     intro = (
         f"{what}, from `{head['version'].iloc[0]}` to `{head['version'].iloc[-1]}`, "
@@ -470,7 +565,7 @@ def _history(question: Question) -> list[Section]:
         )
     out = [
         Section("title", question.title, level=1, note=intro),
-        Section("answer", "Answer", note=answer, figure="history_pool" if pool else "history"),
+        Section("answer", "Answer", note=answer, figure=figures.HISTORY_FIGURES[subject]),
     ]
     sig = _significant(steps).drop_duplicates("release_range")
     sig = sig.assign(number=sig["release_range"].map(numbers)).sort_values("number")
@@ -480,7 +575,7 @@ def _history(question: Question) -> list[Section]:
                 "diffs",
                 "What changed at each significant step",
                 note=(
-                    f"Unified diff of {history_diffs.compared(pool)} between the two "
+                    f"Unified diff of {history_diffs.compared(subject)} between the two "
                     "versions, read from the local release cache when the report was "
                     "built (never committed).\n\n"
                     + "\n\n".join(
@@ -488,7 +583,7 @@ def _history(question: Question) -> list[Section]:
                         + history_diffs.step_diff(
                             _releases(versions, r.from_version, "last_release"),
                             _releases(versions, r.to_version, "first_release"),
-                            pool=pool,
+                            subject=subject,
                         )
                         + "\n\n</details>"
                         for r in sig.itertuples()
@@ -521,7 +616,8 @@ def _releases(versions: pd.DataFrame, version: str, first: str) -> list[str]:
     """Releases that shipped a history version, in the order to look them up in the
     cache: ``first`` (the step's own release: the older version's last, the newer's
     first, as the step label names them), then the others (``[]``: not a release)."""
-    own = history_diffs.release_of(version.removeprefix(schema.POOL_LABEL_PREFIX))
+    prefix = schema.SUBJECT_LABEL_PREFIX[schema.subject_of_label(version)]
+    own = history_diffs.release_of(version.removeprefix(prefix))
     if own is None:
         return []
     rows = versions[versions["version"] == version]

@@ -66,13 +66,16 @@ class Question:
     pair: tuple[str, str] | None = None
 
     @property
-    def is_pool(self) -> bool:
-        """Whether it compares ``BlockPool``s (labels :data:`kvqueue.schema.POOL_LABEL_PREFIX`):
-        an A/B pair of pools, or the release history of the pool."""
+    def subject(self) -> str:
+        """What it compares (:data:`kvqueue.schema.SUBJECTS`), by the label prefix of its
+        variants (:data:`kvqueue.schema.SUBJECT_LABEL_PREFIX`): a pair's candidate, a
+        history's versions; the policy study is the queue's."""
         if self.kind == HISTORY:
             labels = [*self.data.history["version"], *self.data.count_steps["from_version"]]
-            return any(schema.is_pool_label(v) for v in labels)
-        return self.pair is not None and schema.is_pool_label(self.pair[0])
+            return schema.subject_of_label(labels[0]) if labels else schema.SUBJECT_QUEUE
+        if self.pair is None:
+            return schema.SUBJECT_QUEUE
+        return schema.subject_of_label(self.pair[0])
 
 
 def slug(text: str) -> str:
@@ -202,12 +205,21 @@ def _counted_sources(counts: pd.DataFrame) -> list[str]:
     return [str(last[(a, b)]) for a, b in zip(counts["host"], counts["run_id"], strict=True)]
 
 
+#: What each stack subject's release history is called (its slug is ``history-<subject>``).
+_HISTORY_NAMES = {schema.SUBJECT_POOL: "BlockPool", schema.SUBJECT_MANAGER: "KVCacheManager"}
+
+
 def _history_title(source: str) -> tuple[str, str]:
-    """(slug, title) of the release history up to ``source``."""
+    """(slug, title) of the release history up to ``source``: the releases of the queue
+    (``history``), of a stack subject (``history-pool``, ``history-manager``), or a
+    source of one's own."""
     if source.startswith("vllm=="):
         return "history", "Release history"
-    if source.startswith(schema.POOL_LABEL_PREFIX + "vllm=="):
-        return "history-pool", "BlockPool release history"
+    subject = schema.subject_of_label(source)
+    if subject in _HISTORY_NAMES and source.startswith(
+        schema.SUBJECT_LABEL_PREFIX[subject] + "vllm=="
+    ):
+        return f"history-{subject}", f"{_HISTORY_NAMES[subject]} release history"
     return f"history-{slug(source)}", f"Release history up to `{source}`"
 
 
@@ -273,12 +285,17 @@ def _counts_ab_questions(data: store.Processed, timed: set[tuple[str, str]]) -> 
         if pair in timed:
             continue  # the timed writeup shows these counts (question_sections)
         rows = only[(only["candidate"] == pair[0]) & (only["baseline"] == pair[1])]
+        kept = rows
+        if schema.subject_of_label(pair[0]) != schema.SUBJECT_QUEUE:
+            # A stack subject's writeup sets a swap beside the whole candidates of its
+            # runs (count_figures.swap_shares): their rows against the same baseline.
+            kept = only[only["run_id"].isin(set(rows["run_id"])) & (only["baseline"] == pair[1])]
         scoped = _scoped(
             data,
             ("runs", "summary", *_TIMED_AB, "policy", "history", "history_steps", "count_steps"),
             settings=replace(data.settings, pairs=(pair,)),
             counts=data.counts[data.counts["run_id"].isin(set(rows["run_id"]))],
-            count_pairs=rows,
+            count_pairs=kept,
         )
         stem = f"{slug(pair[0])}-vs-{slug(pair[1])}"
         out.append(

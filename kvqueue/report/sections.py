@@ -16,7 +16,7 @@ the reproduce commands and the provenance of every run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -26,6 +26,7 @@ from kvqueue.ab.ab_tables import (
     CASE_CYCLES,
     CASE_TITLES,
     HEADLINE_CASES,
+    MANAGER_HEADLINE_CASES,
     POOL_HEADLINE_CASES,
 )
 from kvqueue.formatting import ci_header
@@ -197,34 +198,123 @@ def counted_pairs(rows: pd.DataFrame, data: store.Processed) -> list[tuple[str, 
     return out
 
 
-def _history_sections(data: store.Processed, pool: bool) -> list[Section]:
+#: The heading of each subject's release history in the report.
+HISTORY_TITLES = {
+    schema.SUBJECT_QUEUE: "Release history",
+    schema.SUBJECT_POOL: "BlockPool release history",
+    schema.SUBJECT_MANAGER: "KVCacheManager release history",
+}
+
+
+#: What each subject's comparisons are, in the heading of its counts-only section.
+_SUBJECT_NAMES = {
+    schema.SUBJECT_QUEUE: "",
+    schema.SUBJECT_POOL: "vLLM's BlockPool",
+    schema.SUBJECT_MANAGER: "vLLM's KVCacheManager",
+}
+
+
+def counts_only_sections(data: store.Processed) -> list[Section]:
+    """The comparisons only instruction counts measured, one section per subject (the
+    queue's, the pool's, the manager's: a subject's pairs are never in another's table)."""
+    only = count_tables.counts_only(data.count_pairs, data.summary)
+    shown = counted_pairs(only, data)
+    out = []
+    for subject in schema.SUBJECTS:
+        mine = [p for p in shown if schema.subject_of_label(p[0]) == subject]
+        if not mine:
+            continue
+        rows = only[[p in mine for p in zip(only["candidate"], only["baseline"], strict=True)]]
+        table = count_tables.counts_table(rows)
+        verdicts = [count_tables.counts_verdict(rows, c, b) for c, b in mine]
+        stack = subject != schema.SUBJECT_QUEUE
+        out.append(
+            Section(
+                f"counts-only-{subject}" if stack else "counts-only",
+                "Instruction counts without a timed run"
+                + (f": {_SUBJECT_NAMES[subject]}" if stack else ""),
+                note="\n\n".join(
+                    [
+                        "Comparisons that a counts run (`make bench METRIC=instructions`) "
+                        "measured on a host × interpreter where no headline time run did.",
+                        *verdicts,
+                        count_tables.counts_method(data.counts, sorted(set(rows["run_id"]))),
+                    ]
+                ),
+                table=table,
+                table_label=f"Instructions per operation per cell: {len(table)} rows",
+                fold=len(table) > 16,
+            )
+        )
+        if subject == schema.SUBJECT_MANAGER:
+            out.append(_per_request_section(data, rows, mine))
+    return out
+
+
+def _per_request_section(
+    data: store.Processed, rows: pd.DataFrame, pairs: list[tuple[str, str]]
+) -> Section:
+    """The manager's comparisons per request and per block (instructions), one table."""
+    tables = []
+    for cand, base in pairs:
+        shown = count_tables.request_savings_table(
+            count_tables.request_savings(rows, data.summary, cand, base)
+        )
+        if len(shown):
+            shown.insert(2, "Comparison", f"{cand} vs {base}")
+            tables.append(shown)
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return Section(
+        "manager-per-request",
+        "KVCacheManager: saving per request and per block",
+        level=3,
+        note=(
+            "Instructions each manager comparison saves per operation (a request of "
+            "`sweepN`, a scheduler step of `stream`) and per block (`sweepN`: per request / "
+            "N); the share a `+queue=`/`+pool=` swap explains of a whole release's saving, "
+            "and what a CPU-only measurement cannot show, are in each comparison's writeup."
+        ),
+        table=table,
+        table_label=f"Saving per request and per block: {len(table)} rows",
+        fold=len(table) > 16,
+        detail=True,
+    )
+
+
+def _history_sections(data: store.Processed, subject: str) -> list[Section]:
     """The release history of one subject (the queue's always: without a run it says
-    how to make one; the ``BlockPool``'s where a pool history was run or counted)."""
+    how to make one; a stack subject's, ``BlockPool`` or ``KVCacheManager``, where its
+    history was run or counted). Its key is its figure's name."""
     versions, steps, counts = (
-        history_present.of_subject(t, pool)
+        history_present.of_subject(t, subject)
         for t in (data.history, data.history_steps, data.count_steps)
     )
-    if pool and versions.empty and counts.empty:
+    stack = subject != schema.SUBJECT_QUEUE
+    if stack and versions.empty and counts.empty:
         return []
     history_table = history_present.step_table(steps, counts)
     counted = history_present.counts_only_steps(counts, versions)
     timed = not versions.empty or counted.empty
+    name = figures.HISTORY_FIGURES[subject]
     out = [
         Section(
-            "history_pool" if pool else "history",
-            "BlockPool release history" if pool else "Release history",
+            name,
+            HISTORY_TITLES[subject],
             note=history_present.note(versions, counted),
             table=history_table if not history_table.empty else None,
             table_label=f"Release range → change in time "
             f"[{ci_header(data.settings.confidence)}] ({len(history_table)} rows)",
             # A placeholder that says how to make one when no run; none beside counts.
-            figure=("history_pool" if pool else "history") if timed else None,
+            figure=name if timed else None,
             fold=len(history_table) > 16,
             detail=True,
         )
     ]
     if len(counted):
-        out.append(count_history_section(counted, explain=not versions.empty))
+        section = count_history_section(counted, explain=not versions.empty)
+        if stack:  # one key per section of the report: the queue's keeps the bare one
+            section = replace(section, key=f"{section.key}-{subject}")
+        out.append(section)
     return out
 
 
@@ -310,6 +400,26 @@ def build(data: store.Processed) -> list[Section]:
                 table=pool,
                 table_label="BlockPool summary",
                 figure="forest_pool",
+            )
+        )
+    manager = ab_tables.summary_table(data, MANAGER_HEADLINE_CASES)
+    if not manager.empty:
+        out.append(
+            Section(
+                "manager",
+                "vLLM's KVCacheManager",
+                note=(
+                    "What the scheduler calls: whole `KVCacheManager` stacks of each source "
+                    "(labels `manager:...`; `+queue=`/`+pool=` run a release with another "
+                    "queue or pool), gated by a scheduler trace against the baseline; its "
+                    "comparisons are never mixed with the queue's or the pool's. "
+                    + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in MANAGER_HEADLINE_CASES)
+                    + ". Each comparison's writeup gives the saving per request and per "
+                    "block, and what a CPU-only measurement cannot show."
+                ),
+                table=manager,
+                table_label="KVCacheManager summary",
+                figure="forest_manager",
             )
         )
     out.append(Section("validation", "Validation", note=prose.validation_paragraph(data)))
@@ -408,7 +518,9 @@ def build(data: store.Processed) -> list[Section]:
     others = [
         c
         for c in ab_tables.present_cases(data, "main")
-        if c not in HEADLINE_CASES and c not in POOL_HEADLINE_CASES
+        if c not in HEADLINE_CASES
+        and c not in POOL_HEADLINE_CASES
+        and c not in MANAGER_HEADLINE_CASES
     ]
     if others:
         table = ab_tables.results_table(data, others)
@@ -443,29 +555,7 @@ def build(data: store.Processed) -> list[Section]:
                 fold=True,
             )
         )
-    only = count_tables.counts_only(data.count_pairs, data.summary)
-    shown = counted_pairs(only, data)
-    if shown:
-        only = only[[p in shown for p in zip(only["candidate"], only["baseline"], strict=True)]]
-        table = count_tables.counts_table(only)
-        verdicts = [count_tables.counts_verdict(only, c, b) for c, b in shown]
-        out.append(
-            Section(
-                "counts-only",
-                "Instruction counts without a timed run",
-                note="\n\n".join(
-                    [
-                        "Comparisons that a counts run (`make bench METRIC=instructions`) "
-                        "measured on a host × interpreter where no headline time run did.",
-                        *verdicts,
-                        count_tables.counts_method(data.counts, sorted(set(only["run_id"]))),
-                    ]
-                ),
-                table=table,
-                table_label=f"Instructions per operation per cell: {len(table)} rows",
-                fold=len(table) > 16,
-            )
-        )
+    out += counts_only_sections(data)
     confirm = ab_tables.present_cases(data, "confirm")
     if confirm:
         table = ab_tables.results_table(data, confirm, phase="confirm")
@@ -528,8 +618,8 @@ def build(data: store.Processed) -> list[Section]:
             detail=True,
         )
     )
-    for pool in (False, True):
-        out += _history_sections(data, pool)
+    for subject in schema.SUBJECTS:
+        out += _history_sections(data, subject)
     out += [
         Section("environment", "Environment", note="\n".join(prose.environment_lines(data))),
         Section(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvqueue import schema
-from kvqueue.ab.ab_tables import HEADLINE_CASES, POOL_HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES, SUBJECT_HEADLINE_CASES
 from kvqueue.processed import store
 from kvqueue.report import figures, frames, question_sections, questions
 from kvqueue.report.questions import Question
@@ -29,7 +29,7 @@ __all__ = ["question_writeup", "section_markdown", "write_writeups"]
 WRITEUPS = "writeups"
 #: Figures of a question that, when it is the only one of its kind, are the report's own
 #: figure of the same name (drawn from the same headline runs).
-_WHOLE_DATA_FIGURES = ("history", "history_pool", "policy")
+_WHOLE_DATA_FIGURES = (*figures.HISTORY_FIGURES.values(), "policy")
 _KINDS = (questions.AB, questions.HISTORY, questions.POLICY)
 
 
@@ -195,10 +195,12 @@ def _remove_figures(fig_dir: Path) -> None:
 
 def question_cases(question: Question, cases: Sequence[str]) -> tuple[str, ...]:
     """The cases of a question's A/B tables: ``cases`` (``CASES`` of the report), or for a
-    comparison of pools (labels starting with :data:`kvqueue.schema.POOL_LABEL_PREFIX`)
-    the pool cases among them, every pool case by default (a reader sets vLLM's loop at
-    all five sizes beside upstream's numbers)."""
-    if not question.is_pool:
+    comparison of a stack subject (pools: labels ``pool:``, managers: ``manager:``,
+    :data:`kvqueue.schema.SUBJECT_LABEL_PREFIX`) that subject's cases among them, every
+    case of it by default (a reader sets vLLM's loop at all five sizes beside upstream's
+    numbers, a manager's sweeps beside vLLM PR #21005's claim)."""
+    subject = question.subject
+    if subject == schema.SUBJECT_QUEUE:
         return tuple(cases)
-    chosen = tuple(c for c in cases if c in schema.POOL_CASES)
-    return chosen or POOL_HEADLINE_CASES
+    chosen = tuple(c for c in cases if c in schema.SUBJECT_CASES[subject])
+    return chosen or SUBJECT_HEADLINE_CASES[subject]

@@ -33,7 +33,6 @@ Standard library only (the gate and the workers run this under the measured inte
 
 from __future__ import annotations
 
-import json
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,7 @@ from kvqueue.sources.module_graph import (
     queue_swap,
     read_members,
     sha256_text,
+    stack_sha256,
 )
 from kvqueue.sources.versions import is_version, version_key
 
@@ -143,11 +143,7 @@ class ManagerVariant:
     def sha256(self) -> str:
         """One digest of everything the stack runs: each member's sha256 and the swapped
         queue class's (what the gate checked and the workers compare before timing)."""
-        parts = {
-            **{m.path: m.sha256 for m in self.graph.members.values()},
-            "queue": "" if self.queue is None else self.queue.queue_src.sha256,
-        }
-        return sha256_text(json.dumps(parts, sort_keys=True))
+        return stack_sha256({m.path: m.sha256 for m in self.graph.members.values()}, self.queue)
 
     @property
     def code_sha256(self) -> str:
@@ -161,6 +157,10 @@ class ManagerVariant:
         return {
             "label": self.label,
             "source": self.source,
+            # Where kv_cache_manager.py was read, as a queue's class file or a pool's
+            # block_pool.py is recorded: a cached release file, a folder's file, or
+            # REPO@COMMIT:MEMBER for git:REPO@REF (kvqueue.schema.git_commit_of reads it).
+            "resolved_path": self.texts.members[REQUIRED[0]].where,
             "vllm_version": self.texts.vllm_version,
             **self.graph.provenance(),
             "swapped": dict(self.swapped),

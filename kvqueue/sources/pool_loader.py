@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +61,7 @@ from kvqueue.sources.module_graph import (
     SourceTexts,
     queue_swap,
     read_members,
+    stack_sha256,
 )
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER, POOL_MEMBERS
 from kvqueue.sources.release_fetch import fetch_members
@@ -163,11 +163,7 @@ class PoolVariant:
     def sha256(self) -> str:
         """One digest of everything the pool runs: each member's sha256 and the swapped
         queue class's (what the gate checked and the workers compare before timing)."""
-        parts = {
-            **{k: v or "" for k, v in self.texts.sha256s().items()},
-            "queue": "" if self.queue is None else self.queue.queue_src.sha256,
-        }
-        return _sha(json.dumps(parts, sort_keys=True))
+        return stack_sha256(self.texts.sha256s(), self.queue)
 
     def provenance(self) -> dict[str, Any]:
         """Return a JSON-ready record of where this pool's code came from."""
