@@ -38,8 +38,10 @@ import __future__
 
 import ast
 import hashlib
+import os
 import subprocess
 import sys
+import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,19 +269,49 @@ def git_commit(base: str, member: str) -> tuple[str, str, str]:
     return repo, ref, commit
 
 
+def _run_git(repo: str, *args: str) -> tuple[int, bytes, bytes]:
+    """``git -C repo ARGS``: its status, stdout and stderr.
+
+    The output goes to anonymous in-memory files, read whole once git has exited, never
+    through a pipe: a pipe is read in as many chunks as git happened to have written at
+    each read, so what a counted process executed depended on timing (two identical zero
+    runs of a git-sourced manager differed by 43,900 instructions per operation of
+    sweep1000, a pool's by 267, a queue's by 0.5; 0 with in-memory files).
+    """
+    fds = [_anonymous_file(), _anonymous_file()]
+    try:
+        status = subprocess.run(
+            ["git", "-C", repo, *args], stdin=subprocess.DEVNULL, stdout=fds[0], stderr=fds[1]
+        ).returncode
+        out, err = (os.pread(fd, os.fstat(fd).st_size, 0) for fd in fds)
+        return status, out, err
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _anonymous_file() -> int:
+    """A file descriptor of an anonymous file (memfd; an unlinked temp file without it)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("kvqueue-git")
+    fd, name = tempfile.mkstemp(prefix="kvqueue-git-")
+    os.unlink(name)
+    return fd
+
+
 def _git_out(repo: str, *args: str) -> str:
     """git's stripped output of ``git -C repo ARGS``, or ``""`` when it fails."""
-    proc = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    status, out, _ = _run_git(repo, *args)
+    return out.decode("utf-8", "replace").strip() if status == 0 else ""
 
 
 def git_show(repo: str, commit: str, member: str) -> tuple[bytes | None, str]:
     """``member``'s bytes at ``commit`` (``None`` when git cannot show it) and git's
     reason when it cannot."""
-    proc = subprocess.run(["git", "-C", repo, "show", f"{commit}:{member}"], capture_output=True)
-    if proc.returncode == 0:
-        return proc.stdout, ""
-    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    status, out, err = _run_git(repo, "show", f"{commit}:{member}")
+    if status == 0:
+        return out, ""
+    lines = err.decode(errors="replace").strip().splitlines()
     return None, (lines or ["git show failed"])[-1]
 
 

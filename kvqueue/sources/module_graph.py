@@ -166,54 +166,14 @@ def read_members(source: str, wanted: tuple[str, ...], required: tuple[str, ...]
                 found[member] = Member(member, _decode(path.read_bytes(), str(path)), str(path))
         return SourceTexts(source, version, found)
     if source.startswith("git:"):
-        # git's output goes to an anonymous in-memory file, read whole once git has
-        # exited, never through a pipe. Why: a counted process (kvqueue.measure.
-        # counted_worker) reads its git source itself, and a pipe is read in as many
-        # chunks as git happened to have written when each read came, so what the
-        # process executed depended on timing. With loader.git_commit and git_show
-        # (pipes), two identical zero runs of a git-sourced manager on CPython 3.11.7
-        # differed by 74,640 instructions (7,464 per operation of sweep1000; 32,193 in
-        # a make regress), the 19 git show alone by up to ~60,000, the rev-parse by 351.
-        import os
-        import subprocess
-
-        def run_git(repo: str, *args: str) -> bytes | None:
-            """The stdout of ``git -C repo ARGS``, or None when it fails."""
-            if hasattr(os, "memfd_create"):
-                fd = os.memfd_create("kvqueue-git")
-            else:  # no memfd (macOS): an unlinked temp file
-                import tempfile
-
-                fd, name = tempfile.mkstemp(prefix="kvqueue-git-")
-                os.unlink(name)
-            try:
-                status = subprocess.run(
-                    ["git", "-C", repo, *args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=fd,
-                    stderr=subprocess.DEVNULL,
-                ).returncode
-                return os.pread(fd, os.fstat(fd).st_size, 0) if status == 0 else None
-            finally:
-                os.close(fd)
-
-        # The ref resolved as loader.git_commit does; on a failure git_commit or git_show
-        # runs again, for its one-line message (an error path need not be deterministic).
-        repo, sep, ref = source[len("git:") :].rpartition("@")
-        repo, commit = str(Path(repo).expanduser()), ""
-        if sep and repo and ref and not ref.startswith("-") and Path(repo).is_dir():
-            out = run_git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-            commit = "" if out is None else out.decode("utf-8", "replace").strip()
-        if not commit:
-            try:
-                repo, ref, commit = git_commit(source, (required or wanted)[0])
-            except SourceError as exc:
-                raise LoadError(str(exc)) from None
+        try:
+            repo, ref, commit = git_commit(source, (required or wanted)[0])
+        except SourceError as exc:
+            raise LoadError(str(exc)) from None
         for member in wanted:
-            raw = run_git(repo, "show", f"{commit}:{member}")
+            raw, reason = git_show(repo, commit, member)
             if raw is None:
                 if member in required:
-                    _, reason = git_show(repo, commit, member)
                     raise LoadError(f"cannot read {member} at '{ref}' in {repo}: {reason}")
                 continue
             where = f"{Path(repo).resolve()}@{commit}:{member}"
