@@ -117,9 +117,10 @@ class ManagerVariant:
         The members read from the source (a swapped pool's ``block_pool.py`` included).
     graph
         The loaded modules.
-    queue, pool_source
-        The swapped-in queue (a :class:`kvqueue.sources.loader.Variant`) and the source of
-        a swapped-in ``block_pool.py``, or None.
+    queue
+        The swapped-in queue (a :class:`kvqueue.sources.loader.Variant`), or None.
+    swapped
+        The swaps by part: ``{"queue": SOURCE, "pool": SOURCE}`` (those given).
     """
 
     label: str
@@ -127,7 +128,6 @@ class ManagerVariant:
     texts: SourceTexts
     graph: Graph
     queue: Variant | None = None
-    pool_source: str | None = None
     swapped: dict[str, str] = field(default_factory=dict)
 
     def module(self, name: str) -> types.ModuleType:
@@ -263,6 +263,5 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
         texts=texts,
         graph=graph,
         queue=holder.get("queue"),
-        pool_source=swaps.get("pool"),
         swapped=swaps,
     )
