@@ -206,6 +206,28 @@ HISTORY_TITLES = {
 }
 
 
+#: The overview's section of each stack subject's timed comparisons: its key, headline
+#: cases, and the note's words before and after the cases.
+_STACK_SECTIONS = (
+    (
+        schema.SUBJECT_POOL,
+        POOL_HEADLINE_CASES,
+        "The allocation path as the KV-cache manager drives it: whole `BlockPool`s of each "
+        "source (labels `pool:...`; `+queue=` runs a pool with another queue), gated call by "
+        "call against the baseline pool. ",
+        ".",
+    ),
+    (
+        schema.SUBJECT_MANAGER,
+        MANAGER_HEADLINE_CASES,
+        "What the scheduler calls: whole `KVCacheManager` stacks of each source (labels "
+        "`manager:...`; `+queue=`/`+pool=` run a release with another queue or pool), gated "
+        "by a scheduler trace against the baseline; its comparisons are never mixed with the "
+        "queue's or the pool's. ",
+        ". Each comparison's writeup gives the saving per request and per block, and what a "
+        "CPU-only measurement cannot show.",
+    ),
+)
 #: What each subject's comparisons are, in the heading of its counts-only section.
 _SUBJECT_NAMES = {
     schema.SUBJECT_QUEUE: "",
@@ -384,42 +406,19 @@ def build(data: store.Processed) -> list[Section]:
             detail=True,
         ),
     ]
-    pool = ab_tables.summary_table(data, POOL_HEADLINE_CASES)
-    if not pool.empty:
+    for key, cases, opening, closing in _STACK_SECTIONS:
+        table = ab_tables.summary_table(data, cases)
+        if table.empty:
+            continue
+        title = _SUBJECT_NAMES[key]
         out.append(
             Section(
-                "pool",
-                "vLLM's BlockPool",
-                note=(
-                    "The allocation path as the KV-cache manager drives it: whole "
-                    "`BlockPool`s of each source (labels `pool:...`; `+queue=` runs a pool "
-                    "with another queue), gated call by call against the baseline pool. "
-                    + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in POOL_HEADLINE_CASES)
-                    + "."
-                ),
-                table=pool,
-                table_label="BlockPool summary",
-                figure="forest_pool",
-            )
-        )
-    manager = ab_tables.summary_table(data, MANAGER_HEADLINE_CASES)
-    if not manager.empty:
-        out.append(
-            Section(
-                "manager",
-                "vLLM's KVCacheManager",
-                note=(
-                    "What the scheduler calls: whole `KVCacheManager` stacks of each source "
-                    "(labels `manager:...`; `+queue=`/`+pool=` run a release with another "
-                    "queue or pool), gated by a scheduler trace against the baseline; its "
-                    "comparisons are never mixed with the queue's or the pool's. "
-                    + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in MANAGER_HEADLINE_CASES)
-                    + ". Each comparison's writeup gives the saving per request and per "
-                    "block, and what a CPU-only measurement cannot show."
-                ),
-                table=manager,
-                table_label="KVCacheManager summary",
-                figure="forest_manager",
+                key,
+                title,
+                note=opening + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in cases) + closing,
+                table=table,
+                table_label=title.removeprefix("vLLM's ") + " summary",
+                figure=f"forest_{key}",
             )
         )
     out.append(Section("validation", "Validation", note=prose.validation_paragraph(data)))
