@@ -98,7 +98,11 @@ SWAPS = ("+queue=", "+pool=")
 #: What the adapter (:mod:`kvqueue.subjects.manager_api`) reads of the cut
 #: ``kv_cache_utils.py`` where the release defines it: requests hash their own blocks
 #: from 0.18 on, with a hasher the engine builds.
-HARNESS = {UTILS_MODULE: ("get_request_block_hasher", "init_none_hash")}
+HARNESS = {
+    UTILS_MODULE: ("get_request_block_hasher", "init_none_hash"),
+    # 0.18 on: in vllm/utils/hashing.py (whole); 0.11-0.17: in vllm/utils itself (cut).
+    "vllm.utils": ("get_hash_fn_by_name",),
+}
 
 
 class ManagerSourceError(ValueError):

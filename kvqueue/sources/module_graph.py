@@ -590,7 +590,7 @@ class Graph:
         if top not in sys.stdlib_module_names:
             # torch, numpy, msgspec...: named by the code, never used by the paths run here.
             key = name if fromlist else top
-            module = self.built.get(key)
+            module = self.built.get(key) or self.stand_ins.get(key)
             if module is None:
                 module = self.built[key] = stand_ins.StubModule(key)
                 self.stubbed.add(key)

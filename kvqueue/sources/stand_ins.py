@@ -15,6 +15,7 @@ our own code written from what the release uses of it, never copied:
   class that keeps its keyword arguments (``BlockStored(block_hashes=...)``), an
   UPPER_CASE name is the string of its name (``MEDIUM_GPU``, a default argument). The
   measured cases run with events off; the stand-ins only let a pool with events on run.
+- ``typing_extensions.deprecated`` returns what it decorates unchanged.
 - ``vllm.config.get_current_vllm_config_or_none`` returns None and
   ``vllm.platforms.current_platform.register_custom_kv_cache_specs`` does nothing: the
   KV-cache spec registry (0.25 on) calls them when it first fills, outside any engine.
@@ -151,6 +152,13 @@ def init_logger(name: str) -> logging.Logger:
     return logger
 
 
+def deprecated(message: str, /, **_: Any) -> Any:
+    """Stand-in for ``typing_extensions.deprecated`` (a decorator ``request.py`` of 0.17
+    applies when its class is defined): the object is returned unchanged, unmarked; the
+    measured paths never call what it marks."""
+    return lambda obj: obj
+
+
 def no_current_config() -> None:
     """Stand-in for ``vllm.config.get_current_vllm_config_or_none`` (0.25 on): no engine
     configuration is current here, so the spec registry registers vLLM's own specs only."""
@@ -210,6 +218,8 @@ def stub_table() -> dict[str, types.ModuleType]:
     logger_mod.init_logger = init_logger  # type: ignore[attr-defined]
     config = StubModule("vllm.config")
     config.get_current_vllm_config_or_none = no_current_config  # type: ignore[attr-defined]
+    typing_extensions = StubModule("typing_extensions")
+    typing_extensions.deprecated = deprecated  # type: ignore[attr-defined]
     platforms = StubModule("vllm.platforms")
     platforms.current_platform = Platform()  # type: ignore[attr-defined]
     return {
@@ -217,5 +227,6 @@ def stub_table() -> dict[str, types.ModuleType]:
         "vllm.logger": logger_mod,
         "vllm.config": config,
         "vllm.platforms": platforms,
+        "typing_extensions": typing_extensions,
         "vllm.distributed.kv_events": _GeneratedModule("vllm.distributed.kv_events"),
     }

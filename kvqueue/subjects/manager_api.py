@@ -119,8 +119,7 @@ class ManagerAPI:
         if "StructuredOutputRequest" in request_globals:
             request_globals["StructuredOutputRequest"] = NoStructuredOutput
         if self.hashes_in_request:
-            hashing = variant.module("vllm.utils.hashing")
-            hash_fn = hashing.get_hash_fn_by_name(HASH_ALGO)
+            hash_fn = _hash_fn_by_name(variant, HASH_ALGO)
             if hasattr(self.utils, "init_none_hash"):
                 self.utils.init_none_hash(hash_fn)
             self._hasher = self.utils.get_request_block_hasher(BLOCK_SIZE, hash_fn)
@@ -196,9 +195,19 @@ class ManagerAPI:
         return int(manager.block_pool.get_num_free_blocks())
 
 
+def _hash_fn_by_name(variant: Any, name: str) -> Any:
+    """The release's ``get_hash_fn_by_name(name)``: in ``vllm/utils/hashing.py`` from 0.18
+    on, in ``vllm/utils`` before (a placeholder where the release has none)."""
+    for module in ("vllm.utils.hashing", "vllm.utils"):
+        found = variant.module(module).__dict__.get("get_hash_fn_by_name")
+        if hasattr(found, "__code__"):  # the release's own function, not a placeholder
+            return found(name)
+    raise ManagerAPIError("the release has no get_hash_fn_by_name for its requests' hasher")
+
+
 def manager_api(variant: Any) -> ManagerAPI:
     """The adapter of one loaded manager stack (raises :class:`ManagerAPIError`)."""
     try:
         return ManagerAPI(variant)
-    except (AttributeError, KeyError, TypeError) as exc:
+    except (AttributeError, KeyError, TypeError, RuntimeError) as exc:  # a placeholder used
         raise ManagerAPIError(f"{variant.label}: {type(exc).__name__}: {exc}") from None
