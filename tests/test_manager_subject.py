@@ -129,6 +129,15 @@ def test_releases_with_one_behaviour_pass_the_gate_and_a_queue_swap_too() -> Non
     assert recorded[1]["ok"] and recorded[1]["differences"][0].startswith("step ")
 
 
+@pytest.mark.network
+@pytest.mark.parametrize("source", ["vllm==0.9.0", "vllm==0.10.1"])
+def test_the_floor_and_the_odd_request_signature_trace_as_0_9_2(source: str) -> None:
+    # 0.9.0's blocks have no is_null (the gate knows the null block as the pool's
+    # null_block); 0.10.1's Request requires multi_modal_kwargs (None for a text prompt).
+    records = manager_gate.gate_records([load_manager("vllm==0.9.2"), load_manager(source)])
+    assert [r["ok"] for r in records] == [True, True], records
+
+
 def _broken(source: str, method: str, replace: Any) -> Any:
     variant = load_manager(f"broken={source}")
     pool_cls = variant.module("vllm.v1.core.block_pool").BlockPool

@@ -63,11 +63,12 @@ def _cached_ids(pool: Any) -> tuple[int, ...]:
     """Block ids holding a cached hash, from the pool's blocks (every release keeps the
     hash on the block: ``block_hash`` or ``_block_hash``)."""
     out = []
+    null = pool.null_block
     for block in pool.blocks:
         found = getattr(block, "block_hash", None)
         if found is None:
             found = getattr(block, "_block_hash", None)
-        if found is not None and not getattr(block, "is_null", False):
+        if found is not None and block is not null:
             out.append(block.block_id)
     return tuple(out)
 
@@ -87,7 +88,8 @@ def snapshot(api: ManagerAPI, stream: Stream) -> Snapshot:
     for request, _k in stream.running:
         held = api.block_ids(manager, request.request_id)
         ids.append((request.request_id, tuple(held)))
-        holders.update(b for b in held if not pool.blocks[b].is_null)
+        # The pool's null_block, not is_null: 0.9.0 has the first but not the second.
+        holders.update(b for b in held if pool.blocks[b] is not pool.null_block)
     free = api.free_count(manager)
     real = len(pool.blocks) - 1
     if free + len(holders) != real:

@@ -170,6 +170,7 @@ class ManagerAPI:
             "pooling_params": None,
             "eos_token_id": None,
             "multi_modal_inputs": None,
+            "multi_modal_kwargs": None,  # 0.10.1's name of the above
             "multi_modal_hashes": None,
             "multi_modal_placeholders": None,
             "arrival_time": 0.0,
