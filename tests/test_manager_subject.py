@@ -17,6 +17,7 @@ from kvqueue.sources.manager_loader import ManagerSourceError, load_manager, spl
 from kvqueue.sources.module_graph import cut_definitions
 from kvqueue.stats import count_figures
 from kvqueue.subjects import manager_cases
+from kvqueue.subjects.manager_api import manager_api
 
 
 def test_a_cut_keeps_what_completes_its_own_definitions_not_patches_of_imports() -> None:
@@ -136,6 +137,22 @@ def test_the_floor_and_the_odd_request_signature_trace_as_0_9_2(source: str) -> 
     # null_block); 0.10.1's Request requires multi_modal_kwargs (None for a text prompt).
     records = manager_gate.gate_records([load_manager("vllm==0.9.2"), load_manager(source)])
     assert [r["ok"] for r in records] == [True, True], records
+
+
+@pytest.mark.network
+def test_requests_hash_with_the_algorithm_the_release_defaults_to() -> None:
+    # Requests hash their blocks from 0.10.1, whose engine still defaulted to builtin
+    # hash(); sha256 became the default in 0.10.2. The default is parsed from the config.
+    algos = {
+        v: manager_api(load_manager(f"vllm=={v}")).hash_algo for v in ("0.10.0", "0.10.1", "0.10.2")
+    }
+    assert algos == {"0.10.0": None, "0.10.1": "builtin", "0.10.2": "sha256"}
+
+
+def test_a_folder_of_vllm_v1_core_alone_is_refused_naming_what_it_lacks(tmp_path: Path) -> None:
+    (tmp_path / "kv_cache_manager.py").write_text("class KVCacheManager:\n    pass\n")
+    with pytest.raises(ManagerSourceError, match=r"no vllm/v1/request\.py there"):
+        load_manager(str(tmp_path))
 
 
 def _broken(source: str, method: str, replace: Any) -> Any:

@@ -19,7 +19,7 @@ and freed is found again (hit tokens of a second identical request). A stub reac
 
 The first difference refuses the candidate in one line naming the step and the field,
 expected vs got. A difference *by design* (the release of the pair changed behaviour on
-purpose, e.g. 0.23.0's freed unhashed blocks at the queue's head) is recorded, not
+purpose, e.g. 0.24.0's freed unhashed blocks at the queue's head) is recorded, not
 refused, when the gate runs with ``differences="record"`` (the manager history).
 
 Standard library only (runs under the measured interpreter).

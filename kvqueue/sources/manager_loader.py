@@ -33,6 +33,7 @@ Standard library only (the gate and the workers run this under the measured inte
 
 from __future__ import annotations
 
+import ast
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,7 @@ MANAGER_CLASS = "KVCacheManager"
 FIRST_RELEASE = "0.9.0"
 MANAGER_MODULE = "vllm.v1.core.kv_cache_manager"
 POOL_MEMBER = "vllm/v1/core/block_pool.py"
-#: What a manager reads of a source, in fetch order; only the first is required (a
+#: What a manager reads of a source, in fetch order; :data:`REQUIRED` must be there (a
 #: release lacks the files that came later, e.g. ``token_buffer.py`` before 0.33).
 MEMBERS = (
     "vllm/v1/core/kv_cache_manager.py",
@@ -83,7 +84,15 @@ MEMBERS = (
     "vllm/utils/hashing.py",
     "vllm/utils/gc_utils.py",
 )
-REQUIRED = (MEMBERS[0],)
+#: A stack runs its release's ``Request`` and KV cache specs: a folder of
+#: ``vllm/v1/core`` alone is refused naming the first of these it lacks (it failed on
+#: a stubbed module's ``__name__`` before).
+REQUIRED = (MEMBERS[0], "vllm/v1/request.py", "vllm/v1/kv_cache_interface.py")
+#: Where a release's engine config declares ``CacheConfig.prefix_caching_hash_algo``
+#: (a package from 0.10.1, one module before). Parsed for that default, never run: the
+#: engine hashes prompts with it, and it changed from ``builtin`` to ``sha256`` in
+#: 0.10.2, one release after requests began hashing their own blocks (0.10.1).
+CONFIG_MEMBERS = ("vllm/config/cache.py", "vllm/config.py")
 #: Big modules of which only the imported definitions run (the rest imports most of vLLM).
 CUT = frozenset(
     {
@@ -97,10 +106,10 @@ CUT = frozenset(
 SWAPS = ("+queue=", "+pool=")
 #: What the adapter (:mod:`kvqueue.subjects.manager_api`) reads of the cut
 #: ``kv_cache_utils.py`` where the release defines it: requests hash their own blocks
-#: from 0.18 on, with a hasher the engine builds.
+#: from 0.10.1 on, with a hasher the engine builds.
 HARNESS = {
     UTILS_MODULE: ("get_request_block_hasher", "init_none_hash"),
-    # 0.18 on: in vllm/utils/hashing.py (whole); 0.11-0.17: in vllm/utils itself (cut).
+    # 0.18 on: in vllm/utils/hashing.py (whole); 0.10.1-0.17: in vllm/utils itself (cut).
     "vllm.utils": ("get_hash_fn_by_name",),
 }
 
@@ -125,6 +134,9 @@ class ManagerVariant:
         The swapped-in queue (a :class:`kvqueue.sources.loader.Variant`), or None.
     swapped
         The swaps by part: ``{"queue": SOURCE, "pool": SOURCE}`` (those given).
+    hash_algo
+        The release's default ``prefix_caching_hash_algo`` and the file it was read
+        from, or None where the source holds no engine config (:func:`default_hash_algo`).
     """
 
     label: str
@@ -133,6 +145,7 @@ class ManagerVariant:
     graph: Graph
     queue: Variant | None = None
     swapped: dict[str, str] = field(default_factory=dict)
+    hash_algo: tuple[str, str] | None = None
 
     def module(self, name: str) -> types.ModuleType:
         """A module of the stack (``vllm.v1.request``, ``vllm.v1.kv_cache_interface``)."""
@@ -168,6 +181,7 @@ class ManagerVariant:
             "vllm_version": self.texts.vllm_version,
             **self.graph.provenance(),
             "swapped": dict(self.swapped),
+            "hash_algo": None if self.hash_algo is None else list(self.hash_algo),
             "sha256": self.sha256,
             "code_sha256": self.code_sha256,
             "class_name": MANAGER_CLASS,
@@ -257,6 +271,7 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
             after_cut = queue_swap(queue_source, base, texts, holder)
         graph = Graph(members, CUT, stand_ins.stub_table(), after_cut=after_cut, harness=HARNESS)
         module = graph.module(MANAGER_MODULE)
+        hash_algo = default_hash_algo(read_members(base, CONFIG_MEMBERS, ()))
     except LoadError as exc:
         raise ManagerSourceError(str(exc)) from None
     if MANAGER_CLASS not in module.__dict__:
@@ -268,4 +283,32 @@ def load_manager(source: str, label: str | None = None) -> ManagerVariant:
         graph=graph,
         queue=holder.get("queue"),
         swapped=swaps,
+        hash_algo=hash_algo,
     )
+
+
+def default_hash_algo(texts: SourceTexts) -> tuple[str, str] | None:
+    """``CacheConfig.prefix_caching_hash_algo``'s default in the config files of
+    ``texts`` (:data:`CONFIG_MEMBERS`, parsed only), with the file it came from; None
+    when no file declares one (a checkout of ``vllm/v1/core`` alone)."""
+    for path in CONFIG_MEMBERS:
+        text = texts.text(path)
+        if text is None:
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ClassDef) and node.name == "CacheConfig"):
+                continue
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and stmt.target.id == "prefix_caching_hash_algo"
+                    and isinstance(stmt.value, ast.Constant)
+                    and isinstance(stmt.value.value, str)
+                ):
+                    return stmt.value.value, texts.members[path].where
+    return None

@@ -424,7 +424,7 @@ class Graph:
         and before the overrides (a queue swap binds its queue to the release's block).
     harness
         ``{module: names}`` the measuring code itself reads from a cut module when the
-        release defines them (``get_request_block_hasher``, from 0.18 on).
+        release defines them (``get_request_block_hasher``, from 0.10.1 on).
     """
 
     members: dict[str, Member]

@@ -9,11 +9,13 @@ The adapter is chosen by signature, never by version number:
   ``caching_hash_algo``: each at the value a one-group engine passes, or its default);
 - **requests**: the release's own ``Request``, given the keyword arguments its
   ``__init__`` takes; a release whose ``Request`` hashes its own blocks (a
-  ``block_hasher`` argument, 0.18 on) gets the release's
-  ``get_request_block_hasher`` over ``sha256`` (vLLM's default
-  ``prefix_caching_hash_algo``); earlier managers hash in ``get_computed_blocks`` with the
-  algorithm their ``caching_hash_algo`` defaults to (``builtin``: Python's ``hash``);
-- **calls**: ``get_computed_blocks`` returns 2 values, or 3 from 0.33 (the hit tokens are
+  ``block_hasher`` argument, 0.10.1 on) gets the release's
+  ``get_request_block_hasher`` over the algorithm its engine config defaults to
+  (``CacheConfig.prefix_caching_hash_algo``, parsed from the release: ``builtin``, Python's
+  ``hash``, in 0.10.1; ``sha256`` from 0.10.2; :data:`HASH_ALGO` where the source holds
+  no config); earlier managers hash in ``get_computed_blocks`` with the algorithm their
+  ``caching_hash_algo`` defaults to (``builtin``);
+- **calls**: ``get_computed_blocks`` returns 2 values, or 3 from 0.26 (the hit tokens are
   the second either way); ``allocate_slots`` is called by keyword
   (``num_new_tokens``, ``num_new_computed_tokens``, ``new_computed_blocks``,
   ``num_lookahead_tokens``), which every release takes.
@@ -36,7 +38,8 @@ from typing import Any
 BLOCK_SIZE = 16
 #: The longest sequence a request may reach (prompt and output), in tokens.
 MAX_MODEL_LEN = 1 << 17
-#: vLLM's default ``prefix_caching_hash_algo`` for releases whose requests hash.
+#: The hash algorithm of a source whose requests hash but which holds no engine config
+#: (a checkout of ``vllm/v1/core`` alone): every release's default since 0.10.2.
 HASH_ALGO = "sha256"
 
 
@@ -112,6 +115,7 @@ class ManagerAPI:
         self.hashes_in_request = "block_hasher" in self._request_init
         self.hit_tuple = None
         self._hasher: Any = None
+        self.hash_algo: str | None = None
         # The structured-output request is never built for a text request.
         module = variant.module("vllm.v1.structured_output.request")
         module.StructuredOutputRequest = NoStructuredOutput
@@ -119,7 +123,9 @@ class ManagerAPI:
         if "StructuredOutputRequest" in request_globals:
             request_globals["StructuredOutputRequest"] = NoStructuredOutput
         if self.hashes_in_request:
-            hash_fn = _hash_fn_by_name(variant, HASH_ALGO)
+            found = getattr(variant, "hash_algo", None)
+            self.hash_algo = HASH_ALGO if found is None else found[0]
+            hash_fn = _hash_fn_by_name(variant, self.hash_algo)
             if hasattr(self.utils, "init_none_hash"):
                 self.utils.init_none_hash(hash_fn)
             self._hasher = self.utils.get_request_block_hasher(BLOCK_SIZE, hash_fn)

@@ -3,7 +3,7 @@ scheduler's order of calls, one *operation* per case, and the loop that times it
 
 - ``sweepN`` (N in 10, 30, 100, 300, 1000; any N ≥ 1 is accepted): one request of N full
   blocks (``16 N`` tokens) that hits nothing, admitted and finished: the release's own
-  ``Request`` built (from 0.18 on it hashes its blocks there), ``get_computed_blocks``
+  ``Request`` built (from 0.10.1 on it hashes its blocks there), ``get_computed_blocks``
   (a miss; 0.9/0.10 hash here), ``allocate_slots`` of every token, ``free`` (and
   ``free_block_hashes`` where the manager has it, as the scheduler calls it). The sizes
   of vLLM PR #21005's claim and of vLLM's own pool benchmark. The prompts are a fixed
