@@ -197,3 +197,19 @@ def test_broken_managers_are_refused_in_one_line_naming_the_step(
     assert not result.ok
     assert result.error is not None and "\n" not in result.error
     assert re.match(message, result.error), result.error
+
+
+@pytest.mark.network
+def test_named_calls_change_no_step_and_name_each_call_for_a_profile() -> None:
+    events = []
+    for named in (False, True):
+        api = manager_api(load_manager("vllm==0.10.0"))
+        stream = manager_cases.Stream(api, api.new_manager(600), 1, named_calls=named)
+        stream.record = True
+        for _ in range(120):
+            stream.step()
+        events.append(stream.events)
+    assert events[0] == events[1] and len(events[0]) > 50
+    names = {stream._prefill.__code__.co_name, stream._decode.__code__.co_name}
+    assert names == {"prefill", "decode"}
+    assert stream._prefill.__code__ is not stream._decode.__code__

@@ -27,6 +27,8 @@ Standard library only (runs inside the worker under the measured interpreter).
 from __future__ import annotations
 
 import random
+import sys
+import types
 from collections import deque
 from time import perf_counter_ns
 from typing import Any
@@ -48,6 +50,10 @@ MIN_OUTPUT, MAX_OUTPUT = 16, 256
 PREFIXES, PREFIX_TOKENS = 8, 1024
 #: Requests in the stream's script, cycled.
 STREAM_REQUESTS = 400
+#: The scheduler's calls in a step of the stream, by purpose: building the request
+#: (``Request()``, which hashes its blocks from 0.10.1), ``get_computed_blocks``,
+#: ``allocate_slots`` of a prompt and of one decode token, ``free``.
+CALLS = ("request", "lookup", "prefill", "decode", "free")
 
 
 def sweep_size(case: str) -> int | None:
@@ -162,7 +168,7 @@ class Stream:
     """A scheduler over one manager: :meth:`step` is one step of the stream (see the
     module docstring). The gate replays it too, comparing managers step by step."""
 
-    def __init__(self, api: ManagerAPI, manager: Any, seed: int) -> None:
+    def __init__(self, api: ManagerAPI, manager: Any, seed: int, named_calls: bool = False) -> None:
         self.api = api
         self.manager = manager
         self.script = stream_script(seed)
@@ -173,6 +179,18 @@ class Stream:
         self.free_hashes = getattr(manager, "free_block_hashes", None)
         self.events: list[tuple[Any, ...]] = []
         self.record = False
+        # The scheduler's calls, by what they are for (:data:`CALLS`): the callables
+        # themselves, or with ``named_calls`` a function of each call's own name
+        # around it, so that a per-function profile tells prefill from decode.
+        self._request = api.new_request
+        self._lookup = api.computed
+        self._prefill = self._decode = manager.allocate_slots
+        if named_calls:
+            self._request = _named("request", api.new_request)
+            self._lookup = _named("lookup", api.computed)
+            self._prefill = _named("prefill", manager.allocate_slots)
+            self._decode = _named("decode", manager.allocate_slots)
+            self._finish = _named("free", self._finish)  # type: ignore[method-assign]
 
     def _finish(self, request: Any) -> None:
         self.manager.free(request)
@@ -181,7 +199,7 @@ class Stream:
 
     def step(self) -> None:
         """One scheduler step: admissions, then one decode token per running request."""
-        manager, api = self.manager, self.api
+        manager = self.manager
         while len(self.running) < MAX_RUNNING:
             if not self.waiting:
                 self.waiting.append(self.next)
@@ -189,9 +207,9 @@ class Stream:
             k = self.waiting[0]
             prompt, output = self.script[k]
             self.serial += 1
-            request = api.new_request(f"q{self.serial}", prompt, output)
-            blocks, hit = api.computed(manager, request)
-            new = manager.allocate_slots(
+            request = self._request(f"q{self.serial}", prompt, output)
+            blocks, hit = self._lookup(manager, request)
+            new = self._prefill(
                 request,
                 num_new_tokens=len(prompt) - hit,
                 num_new_computed_tokens=hit,
@@ -212,7 +230,7 @@ class Stream:
         index = 0
         while index < len(self.running):
             request, k = self.running[index]
-            new = manager.allocate_slots(request, num_new_tokens=1, num_lookahead_tokens=0)
+            new = self._decode(request, num_new_tokens=1, num_lookahead_tokens=0)
             if new is None:
                 victim, vk = self.running.pop()
                 self._finish(victim)
@@ -232,8 +250,26 @@ class Stream:
         self.running = still
 
 
+def _named(name: str, fn: Any) -> Any:
+    """``fn`` behind a function of its own code object named ``name`` (a profile
+    attributes a code object's instructions; one shared wrapper would merge the calls)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    code = call.__code__.replace(co_name=name)
+    if sys.version_info >= (3, 11):
+        code = code.replace(co_qualname=f"Stream.{name}")
+    return types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+
+
+#: Whether ``stream`` runners name their calls (:class:`Stream`'s ``named_calls``): set
+#: by a profiled worker only, the timed and counted stream calls the manager directly.
+NAMED_CALLS = [False]
+
+
 def _stream(api: ManagerAPI, manager: Any, seed: int) -> Runner:
-    stream = Stream(api, manager, seed)
+    stream = Stream(api, manager, seed, named_calls=NAMED_CALLS[0])
     step = stream.step
 
     def run(loops: int) -> int:
