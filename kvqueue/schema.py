@@ -157,6 +157,10 @@ POOL_CONFIRM_CASES = ("loop100", "churn")
 #: step of a serving-shaped stream.
 MANAGER_CASES = ("sweep10", "sweep30", "sweep100", "sweep300", "sweep1000", "stream")
 MANAGER_CONFIRM_CASES = ("sweep100", "stream")
+#: The scheduler's calls in a step of the manager's ``stream``, by purpose: building the
+#: request (``Request()``, which hashes its blocks from 0.10.1), ``get_computed_blocks``,
+#: ``allocate_slots`` of a prompt and of one decode token, ``free``.
+MANAGER_CALLS = ("request", "lookup", "prefill", "decode", "free")
 #: Every case of every subject, in table order (a samples.csv holds cases of these).
 ALL_CASES = (*CASES, *POOL_CASES, *MANAGER_CASES)
 #: Each subject's cases, and the label prefix of its variants (a pool of ``vllm==0.33.0``,

@@ -33,6 +33,7 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Any
 
+from kvqueue import schema
 from kvqueue.subjects.manager_api import BLOCK_SIZE, ManagerAPI
 from kvqueue.subjects.queue_cases import Runner, private_code
 
@@ -50,10 +51,8 @@ MIN_OUTPUT, MAX_OUTPUT = 16, 256
 PREFIXES, PREFIX_TOKENS = 8, 1024
 #: Requests in the stream's script, cycled.
 STREAM_REQUESTS = 400
-#: The scheduler's calls in a step of the stream, by purpose: building the request
-#: (``Request()``, which hashes its blocks from 0.10.1), ``get_computed_blocks``,
-#: ``allocate_slots`` of a prompt and of one decode token, ``free``.
-CALLS = ("request", "lookup", "prefill", "decode", "free")
+#: The scheduler's calls in a step of the stream, by purpose.
+CALLS = schema.MANAGER_CALLS
 
 
 def sweep_size(case: str) -> int | None:
