@@ -51,7 +51,7 @@ from kvqueue.sources.module_graph import (
     sha256_text,
     stack_sha256,
 )
-from kvqueue.sources.versions import is_version, version_key
+from kvqueue.sources.versions import below_floor
 
 MANAGER_CLASS = "KVCacheManager"
 #: The oldest release whose manager this loader drives, found by running each: 0.8.5's
@@ -219,13 +219,11 @@ def split_swaps(spec: str) -> tuple[str, dict[str, str]]:
 
 
 def _check_release(source: str, what: str) -> None:
-    if source.startswith("vllm=="):
-        version = source[len("vllm==") :]
-        if is_version(version) and version_key(version) < version_key(FIRST_RELEASE):
-            raise ManagerSourceError(
-                f"{source}: {what} subjects start at vLLM {FIRST_RELEASE} (older managers "
-                "take allocate_slots(request, num_tokens, ...), an API this adapter does not call)"
-            )
+    if below_floor(source, FIRST_RELEASE):
+        raise ManagerSourceError(
+            f"{source}: {what} subjects start at vLLM {FIRST_RELEASE} (older managers "
+            "take allocate_slots(request, num_tokens, ...), an API this adapter does not call)"
+        )
     if source in ("kvqueue", "kvqueue:floor"):
         raise ManagerSourceError(
             f"'{source}' is a queue, not a manager: swap it into a release's manager, "

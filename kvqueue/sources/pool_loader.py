@@ -65,7 +65,7 @@ from kvqueue.sources.module_graph import (
 )
 from kvqueue.sources.release_cache import MEMBER, METRICS_MEMBER, POOL_MEMBER, POOL_MEMBERS
 from kvqueue.sources.release_fetch import fetch_members
-from kvqueue.sources.versions import is_version, version_key
+from kvqueue.sources.versions import below_floor
 
 POOL_CLASS = "BlockPool"
 #: The first release whose pool this loader takes (the issue's scope: 0.10.0 on).
@@ -215,13 +215,13 @@ def read_pool_texts(source: str) -> PoolTexts:
         A release before :data:`FIRST_POOL_RELEASE`, a release or ref that cannot be
         read, a file without ``kv_cache_utils.py`` beside it; one line.
     """
+    if below_floor(source, FIRST_POOL_RELEASE):
+        raise PoolSourceError(
+            f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE}, the manager "
+            "subject's floor (older pools are not checked against the pool gate here)"
+        )
     if source.startswith("vllm=="):
         version = source[len("vllm==") :]
-        if is_version(version) and version_key(version) < version_key(FIRST_POOL_RELEASE):
-            raise PoolSourceError(
-                f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE}, the manager "
-                "subject's floor (older pools are not checked against the pool gate here)"
-            )
         try:
             paths = fetch_members(version, POOL_MEMBERS)
         except FetchError as exc:

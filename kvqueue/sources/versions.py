@@ -35,6 +35,13 @@ def version_key(version: str) -> tuple[Any, ...]:
     return (nums, pre, int(match[4] or -1))
 
 
+def below_floor(source: str, floor: str) -> bool:
+    """Whether ``source`` is a release (``vllm==X``) older than ``floor``, the oldest a
+    subject's loader drives (a source that is not a release never is)."""
+    version = source[len("vllm==") :] if source.startswith("vllm==") else ""
+    return is_version(version) and version_key(version) < version_key(floor)
+
+
 def step_range(older: Mapping[str, Any], newer: Mapping[str, Any]) -> str:
     """A release step's one label, in every table of time and of counts: ``"last of
     older → first of newer after it"``, and the newer's earlier releases (``older`` and
