@@ -94,7 +94,7 @@ def test_pool_versions_are_the_code_the_pool_runs(pool_releases: dict) -> None:
 
 def test_a_given_release_before_the_pool_loader_is_refused(pool_releases: dict) -> None:
     with pytest.raises(
-        BenchInputError, match=r"^vllm==0\.8\.5: the pool loader reads releases from 0\.9\.0 on$"
+        BenchInputError, match=r"^vllm==0\.8\.5: the pool loader reads releases from 0\.9\.1 on$"
     ):
         history_collect.plan(
             ["2.0.0", "0.8.5"],

@@ -109,7 +109,7 @@ def test_a_third_party_import_is_a_placeholder_never_imported(tmp_path):
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("vllm==0.8.5", "vllm==0.8.5: pool subjects start at vLLM 0.9.0"),
+        ("vllm==0.9.0", "vllm==0.9.0: pool subjects start at vLLM 0.9.1"),
         ("kvqueue", "'kvqueue' is a queue, not a pool"),
         ("no/such/block_pool.py", "'no/such/block_pool.py' is not a file"),
         ("vllm==0.33.0+queue=", "is not of the form POOL+queue=QUEUE"),

@@ -3,7 +3,7 @@
 Pool sources (docs/appendix-pool.md):
 
 =================================  =====================================================
-``vllm==0.33.0``                   that release's ``vllm/v1/core/block_pool.py`` (0.9.0 on)
+``vllm==0.33.0``                   that release's ``vllm/v1/core/block_pool.py`` (0.9.1 on)
 ``git:REPO@REF``                   ``block_pool.py`` and ``kv_cache_utils.py`` at REF
 ``path/to/block_pool.py``          a file, with ``kv_cache_utils.py`` beside it
 ``POOL+queue=QUEUE``               the pool of POOL running the queue class of QUEUE (any
@@ -68,8 +68,11 @@ from kvqueue.sources.release_fetch import fetch_members
 from kvqueue.sources.versions import below_floor
 
 POOL_CLASS = "BlockPool"
-#: The first release whose pool this loader takes (the issue's scope: 0.10.0 on).
-FIRST_POOL_RELEASE = "0.9.0"
+#: The first release whose pool this loader takes, found by running each: 0.9.0's pool
+#: keys its cache by ``BlockHashType`` without group ids and its blocks have no
+#: ``is_null``, an API the pool adapter and gate do not drive (its manager stack runs:
+#: the manager subject's floor is 0.9.0).
+FIRST_POOL_RELEASE = "0.9.1"
 #: Separator of a queue swap: ``vllm==0.33.0+queue=kvqueue``.
 QUEUE_SEPARATOR = "+queue="
 POOL_MODULE = "vllm.v1.core.block_pool"
@@ -217,8 +220,8 @@ def read_pool_texts(source: str) -> PoolTexts:
     """
     if below_floor(source, FIRST_POOL_RELEASE):
         raise PoolSourceError(
-            f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE}, the manager "
-            "subject's floor (older pools are not checked against the pool gate here)"
+            f"{source}: pool subjects start at vLLM {FIRST_POOL_RELEASE} (0.9.0's pool keys "
+            "its cache by BlockHashType without group ids, an API the pool adapter does not call)"
         )
     if source.startswith("vllm=="):
         version = source[len("vllm==") :]
