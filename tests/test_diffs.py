@@ -41,10 +41,11 @@ def test_the_committed_history_names_one_release_per_distinct_version() -> None:
     pools = history_collect.history_releases(RAW, pool=True)
     # The queue's history (17 versions, 0.6.4 to 0.32.0), the BlockPool's (29 versions,
     # 0.9.1 to 0.34.0, in the counts history that starts at the 0.9.x pools) and the
-    # manager's: one release per version, each release once.
+    # manager's (36 versions, 0.9.0.1 to 0.34.0): one release per version, each once.
     assert len(pools) == 29 and pools[0] == "0.9.1" and pools[-1] == "0.34.0"
     assert set(pools) <= set(releases) and releases[0] == "0.6.4"
-    assert len(releases) == len(set(releases)) == 33
+    assert "0.9.0" in releases  # the manager floor's version (0.9.0 and 0.9.0.1)
+    assert len(releases) == len(set(releases)) == 40
 
 
 def test_only_missing_releases_are_fetched_and_an_offline_fetch_is_one_line(

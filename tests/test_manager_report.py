@@ -332,3 +332,40 @@ def test_make_diffs_fetches_the_files_a_manager_step_diff_shows(
     assert set(history_diffs.STACK_FILES[schema.SUBJECT_MANAGER]) < set(fetched["0.10.0"])
     assert fetched["0.6.4"] == ("kv_cache_utils.py",)
     assert history_collect.fetch_history_releases(raw, say=lambda _: None) == 0  # cached
+
+
+def test_a_timed_pool_history_does_not_hide_the_same_hosts_counted_manager_history() -> None:
+    from kvqueue.history import history_present
+
+    versions = pd.DataFrame(
+        {"host": ["h"], "interpreter": ["py"], "version": ["pool:vllm==0.10.0"], "headline": [1]}
+    )
+    counts = pd.DataFrame(
+        {
+            "host": ["h", "h"],
+            "interpreter": ["py", "py"],
+            "to_version": ["pool:vllm==0.11.0", "manager:vllm==0.11.0"],
+        }
+    )
+    kept = history_present.counts_only_steps(counts, versions)
+    assert list(kept["to_version"]) == ["manager:vllm==0.11.0"]
+
+
+def test_each_version_costs_per_operation_and_per_block_in_release_order() -> None:
+    from kvqueue.history import history_present
+
+    counts = pd.DataFrame(
+        {
+            "host": ["h"] * 4,
+            "interpreter": ["py"] * 4,
+            "label": ["manager:vllm==0.10.0"] * 2 + ["manager:vllm==0.9.2"] * 2,
+            "case": ["sweep100", "stream", "sweep100", "stream"],
+            "pool": [2048] * 4,
+            "instructions": [2_000_000.0, 50.0, 3_000_000.0, 60.0],
+        }
+    )
+    table = history_present.count_version_table(counts, {"sweep100": 100})
+    assert list(table["Version"]) == ["manager:vllm==0.9.2", "manager:vllm==0.10.0"]
+    assert list(table["sweep100 / 2,048: per block"]) == ["30,000", "20,000"]
+    line = history_present.count_version_line(counts, {"sweep100": 100})
+    assert "sweep100: 30,000 (0.9.2) → 20,000 (0.10.0) instructions per block" in line

@@ -494,13 +494,21 @@ COUNTS_NOTE = (
 
 
 def counts_only_steps(counts: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
-    """The ``count_steps`` rows of hosts × interpreters with no headline timed history
-    (``versions``: the processed ``history`` table)."""
+    """The ``count_steps`` rows of hosts × interpreters × subjects with no headline timed
+    history (``versions``: the processed ``history`` table). By subject: a timed pool
+    history of a host hid that host's counted manager history."""
     if counts.empty or versions.empty:
         return counts
     head = versions[versions["headline"].astype(bool)]
-    timed = set(zip(head["host"], head["interpreter"], strict=True))
-    own = [k not in timed for k in zip(counts["host"], counts["interpreter"], strict=True)]
+    subject = schema.subject_of_label
+    timed = {
+        (h, i, subject(str(v)))
+        for h, i, v in zip(head["host"], head["interpreter"], head["version"], strict=True)
+    }
+    own = [
+        (h, i, subject(str(v))) not in timed
+        for h, i, v in zip(counts["host"], counts["interpreter"], counts["to_version"], strict=True)
+    ]
     return counts[own]
 
 
@@ -543,6 +551,78 @@ def count_step_table(counts: pd.DataFrame) -> pd.DataFrame:
     return wide.rename(
         columns={"host": "Host", "interpreter": "Interpreter", "step": "Release step"}
     ).reset_index(drop=True)
+
+
+def _version_order(label: str) -> tuple:
+    """Sort key of a history version label (``manager:vllm==0.10.0``): by release."""
+    return version_key(label.split("==", 1)[-1])
+
+
+def _case_order(case: str) -> tuple[str, int]:
+    """Cases of one family by their N (``sweep10`` before ``sweep100``), then by name."""
+    digits = case.lstrip("abcdefghijklmnopqrstuvwxyz")
+    return (case[: len(case) - len(digits)], int(digits) if digits.isdigit() else -1)
+
+
+def count_version_table(counts: pd.DataFrame, blocks: Mapping[str, int]) -> pd.DataFrame:
+    """Each counted version's instructions per operation, oldest first: one column per
+    case and pool, and per block for the cases of ``blocks`` (case -> blocks one
+    operation allocates and frees).
+
+    Parameters
+    ----------
+    counts
+        Rows of the processed ``counts`` table of one history's runs.
+    """
+    if counts.empty:
+        return pd.DataFrame()
+    rows = []
+    for (host, python, label), grp in counts.groupby(["host", "interpreter", "label"], sort=False):
+        row: dict[str, object] = {"Host": host, "Interpreter": python, "Version": label}
+        for r in sorted(grp.itertuples(), key=lambda r: (_case_order(r.case), r.pool)):
+            where = f"{r.case} / {int(r.pool):,}"
+            row[f"{where}: instr/op"] = f"{float(r.instructions):,.0f}"
+            if r.case in blocks:
+                row[f"{where}: per block"] = f"{float(r.instructions) / blocks[r.case]:,.0f}"
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    order = df["Version"].map(_version_order)
+    return (
+        df.assign(_o=order)
+        .sort_values(["Host", "Interpreter", "_o"])
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
+
+
+def count_version_line(counts: pd.DataFrame, blocks: Mapping[str, int]) -> str:
+    """One sentence: each case's instructions per operation in the oldest and the
+    newest counted version, and the lowest and highest between (per block where a case
+    has a fixed number of blocks)."""
+    if counts.empty:
+        return ""
+    parts = []
+    cases = sorted(counts["case"].unique(), key=_case_order)
+    for case in cases:
+        grp = counts[counts["case"] == case]
+        per = blocks.get(case, 1)
+        by = grp.assign(_o=grp["label"].map(_version_order)).sort_values("_o")
+        first, last = by.iloc[0], by.iloc[-1]
+        lo, hi = by.loc[by["instructions"].idxmin()], by.loc[by["instructions"].idxmax()]
+        unit = " per block" if case in blocks else " per operation"
+
+        def at(r: pd.Series, per: int = per) -> str:
+            return f"{float(r['instructions']) / per:,.0f} ({_release(str(r['label']))})"
+
+        parts.append(
+            f"{case}: {at(first)} → {at(last)} instructions{unit}; lowest {at(lo)}, "
+            f"highest {at(hi)}"
+        )
+    return "; ".join(parts)
+
+
+def _release(label: str) -> str:
+    return label.split("==", 1)[-1]
 
 
 def count_step_lines(counts: pd.DataFrame) -> list[str]:

@@ -265,24 +265,25 @@ class CommandRun(NamedTuple):
 def ledger_runs(data: store.Processed, runs: pd.DataFrame) -> list[CommandRun]:
     """The :class:`CommandRun` of each ``host``/``run_id`` row of ``runs``, from the
     ``ledger`` (what each run's ``run.json`` recorded); a run the ledger does not know
-    gets no arguments."""
-    known = data.ledger.set_index(["host", "run_id"]) if len(data.ledger) else None
+    gets no arguments. ``host`` may be a host key (``label#2``: another CPU under that
+    label); the command takes the label the run was made with, as the ledger has it."""
+    known = data.ledger.drop_duplicates("run_id").set_index("run_id") if len(data.ledger) else None
     out = []
     for r in runs.itertuples(index=False):
         row = None
-        if known is not None and (r.host, r.run_id) in known.index:
-            row = known.loc[(r.host, r.run_id)]
+        host = str(r.host)
+        if known is not None and r.run_id in known.index:
+            row = known.loc[r.run_id]
         args: tuple[tuple[str, ...], ...] = ()
         executable = commit = ""
         if row is not None:
+            host = str(row["host"])
             commit = "" if is_na(row["commit"]) else str(row["commit"])
             executable = "" if is_na(row["python_executable"]) else str(row["python_executable"])
             if not is_na(row["make_args"]):
                 pairs = json.loads(str(row["make_args"]))
                 args = _lines([f"{var}={shlex.quote(text)}" for var, text in pairs])
-        out.append(
-            CommandRun(str(r.host), str(r.run_id), str(r.interpreter), executable, commit, args)
-        )
+        out.append(CommandRun(host, str(r.run_id), str(r.interpreter), executable, commit, args))
     return out
 
 

@@ -38,7 +38,7 @@ from kvqueue.processed import store
 from kvqueue.report import figures, prose, provenance, questions, sections
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
-from kvqueue.stats import paired_stats
+from kvqueue.stats import count_figures, paired_stats
 
 #: Figures of each kind of question (keys of :data:`kvqueue.report.figures.FIGURES`, or
 #: ``forest`` drawn for the selected cases).
@@ -406,14 +406,27 @@ def _counts_history(question: Question) -> list[Section]:
         + history_present.COUNTS_NOTE
     )
     lines = history_present.count_step_lines(counts)
+    # What each version costs, not only how each step changed it.
+    mine = data.counts[data.counts["run_id"].isin(set(runs["run_id"]))]
+    blocks = {c: n for c in mine["case"].unique() if (n := count_figures.case_blocks(c))}
+    cost = history_present.count_version_line(mine, blocks)
     answer = (
-        "Release steps whose instructions per operation changed by "
+        (f"Cost, oldest → newest version: {cost}.\n\n" if cost else "")
+        + "Release steps whose instructions per operation changed by "
         f"{history_present.CODE_COST_MIN:.0%} or more (lowest to highest change over the "
         "cells):\n\n" + "\n".join(lines)
     )
     return [
         Section("title", question.title, level=1, note=intro),
         Section("answer", "Answer", note=answer),
+        Section(
+            "versions",
+            "Instructions per operation of each version",
+            note=_VERSION_NOTE.get(question.subject, ""),
+            table=history_present.count_version_table(mine, blocks),
+            fold=True,
+            detail=True,
+        ),
         Section(
             "steps",
             "Every release step per host × interpreter",
@@ -423,6 +436,16 @@ def _counts_history(question: Question) -> list[Section]:
         Section("reproduce", "Reproduce", note=_commands("history", data, runs), detail=True),
     ]
 
+
+#: What an operation of each subject's history cases is, under the table of versions.
+_VERSION_NOTE = {
+    schema.SUBJECT_MANAGER: "An operation of `sweepN` is one request of N blocks "
+    "(`Request()`, `get_computed_blocks`, `allocate_slots` of every token, `free`), with no "
+    "cache hit; of `stream`, one scheduler step (admissions, one decode token per running "
+    "request, preemptions, frees). Per block: the request's instructions / N.",
+    schema.SUBJECT_POOL: "An operation of `loopN` is one round of vLLM's pool benchmark "
+    "loop (N blocks allocated and freed); of `churn`, one request. Per block: / N.",
+}
 
 #: What each subject's release history holds (a version: one distinct text of these).
 _HISTORY_WHAT = {
