@@ -139,13 +139,16 @@ def target_loops(
     case: str, pool: int, target_ops: int | None = None, subject: str = "queue"
 ) -> int:
     """Loops of a target run: at least ``target_ops`` operations (at least 1 loop);
-    by default :data:`TARGET_OPS` of a queue case, or a stack subject's case's own
-    (``target_ops`` of :mod:`kvqueue.subjects.pool_cases` or ``manager_cases``)."""
+    by default a queue case's share of :data:`TARGET_OPS`
+    (:func:`kvqueue.subjects.queue_cases.target_ops`: fewer for a large N, and what the
+    pool holds for ``popleftN``), or a stack subject's case's own (``target_ops`` of
+    :mod:`kvqueue.subjects.pool_cases` or ``manager_cases``)."""
     kind = stack_layout.KINDS.get(subject)
     if kind is not None:
         ops = target_ops or kind.cases.target_ops(case)
         return max(1, -(-ops // kind.cases.ops_per_loop(case, pool)))
-    return max(1, -(-(target_ops or TARGET_OPS) // queue_cases.ops_per_loop(case, pool)))
+    ops = target_ops or queue_cases.target_ops(case, pool, TARGET_OPS)
+    return max(1, -(-ops // queue_cases.ops_per_loop(case, pool)))
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,20 @@ from typing import Any
 
 from kvqueue.measure import child, timing_worker
 from kvqueue.sources import loader
+from kvqueue.subjects import queue_cases
 
 
 def warm_loops(case: str, pool: int, warmup_ops: int, spec: dict[str, Any] | None = None) -> int:
-    """Loops of ``case`` that cover at least ``warmup_ops`` operations (at least 1); a
-    pool case (``spec``'s subject) is warmed up by its own count
+    """Loops of ``case`` that cover at least ``warmup_ops`` operations (at least 1), or a
+    queue case's share of them (:func:`kvqueue.subjects.queue_cases.warmup_ops`: fewer for
+    a large N); a stack case (``spec``'s subject) is warmed up by its own count
     (:func:`kvqueue.subjects.pool_cases.warmup_ops`)."""
     spec = spec or {}
     kind = timing_worker.stack_kind(spec)
     if kind is not None:
         warmup_ops = kind.cases.warmup_ops(case)
+    else:
+        warmup_ops = queue_cases.warmup_ops(case, warmup_ops)
     per_loop = timing_worker.ops_per_loop(spec, case, pool)
     return max(1, -(-warmup_ops // per_loop))
 
@@ -78,7 +82,10 @@ def run_counted(spec: dict[str, Any]) -> None:
     target = spec.get("target")
     if target is not None:
         label, case, pool, loops = target
-        layout.pools[pool].timed(layout.runners[(case, pool)], label, int(loops))
+        # The last call of the process: popleftN gives back nothing, so its put-back is
+        # in no count (kvqueue.subjects.queue_cases).
+        last = timing_worker.stack_kind(spec) is None and queue_cases.takes_last(case)
+        layout.pools[pool].timed(layout.runners[(case, pool)], label, int(loops), last=last)
     # No gc.enable(): the process ends here, and everything up to its exit is counted.
 
 

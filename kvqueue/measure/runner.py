@@ -156,7 +156,8 @@ def run_gate(
 
     The model check runs at the pools the run measures, the smallest pool allowed, and
     any further ``sizes`` (``make quick`` adds the bench's pools: a queue broken only
-    above 5,000 blocks passed a gate that stopped at 2,048).
+    above 5,000 blocks passed a gate that stopped at 2,048), with the batch lengths of the
+    run's cases (``--cases``: N of every ``allocN`` and ``popleftN``).
 
     Returns
     -------
@@ -180,6 +181,8 @@ def run_gate(
         cmd += ["--invalid-ops", invalid]
     if params.subject != schema.SUBJECT_QUEUE:
         cmd += ["--subject", params.subject]
+    else:
+        cmd += ["--cases", " ".join(dict.fromkeys([*params.cases, *params.confirm_cases]))]
     timeout = GATE_SECONDS_BASE + GATE_SECONDS_PER_VARIANT * len(params.sources)
     proc = run_child(
         [*cmd, *params.sources], input_text=None, timeout=timeout, what="the validation gate"
@@ -202,10 +205,15 @@ def run_gate(
                 f"blocks, named differences: {named}, sha256 {result['sha256'][:16]}"
             )
         else:
+            sizes = gate_sizes(
+                sized,
+                result.get("sizes") or [],
+                result.get("failed_size"),
+                result.get("batches") or (),
+            )
             summary = (
                 f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
-                f"{result['invalid_compared']} invalid ops, "
-                f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
+                f"{result['invalid_compared']} invalid ops, {sizes}, "
                 f"sha256 {result['sha256'][:16]}"
             )
         lines.append(summary)
