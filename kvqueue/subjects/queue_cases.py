@@ -3,18 +3,27 @@
 - ``allocN`` (any N >= 1; the defaults 1, 2, 8, 32): ``blocks = q.popleft_n(N);
   q.append_n(blocks)``, both timed; one cycle per loop.
 - ``popleftN`` (any N >= 1): ``q.popleft_n(N)`` alone. The blocks must go back (a queue
-  holds only so many), so the cycles come in *stretches*: one clock read, as many
-  consecutive ``q.popleft_n(N)`` as :func:`popleft_stretch` allows (the pool's blocks,
-  at most :data:`STRETCH_BLOCKS` of them, at least one call), one clock read; then,
-  untimed, every popped list goes back with the variant's own ``append_n`` (so the
+  holds only so many), so the cycles come in *stretches*: untimed, the blocks the
+  stretch will pop are read off the front of the queue (:func:`first_free`); one clock
+  read; as many consecutive ``q.popleft_n(N)`` as :func:`popleft_stretch` allows (the
+  pool's blocks, at most :data:`STRETCH_BLOCKS` of them, at least one call), each
+  returned list dropped at once, as ``allocN`` drops it; one clock read; then, untimed,
+  the blocks go back in N-block lists through the variant's own ``append_n`` (so the
   queue's order after a stretch is the one ``allocN`` leaves). What the figure counts:
-  per cycle, one ``q.popleft_n(N)`` (attribute look-up, call, the returned list) and the
-  comprehension that keeps its result, plus the stretch's two clock reads shared by its
+  per cycle, one ``q.popleft_n(N)`` (attribute look-up, call, building and freeing the
+  returned list) and the loop step, plus the stretch's two clock reads shared by its
   calls (at most ~1 % of ``popleft1`` on a 64-block pool, nothing measurable from 1,024
   blocks on); never the put-back. By instructions (:mod:`kvqueue.measure.cachegrind`)
   the same: a counted target run is ONE stretch of ``loops`` calls from the full queue
   (:func:`target_ops` keeps ``loops * N`` within the pool) and the process ends before
-  any block goes back (``run(loops, last=True)``), so the put-back is in no count either.
+  any block goes back (``run(loops, last=True)``), so the put-back is in no count either;
+  on a pool of fewer than 100 N blocks that is fewer than 100 calls, and a run's own
+  allocator events then move the figure by a few % (the count says so:
+  :func:`kvqueue.measure.cachegrind.few_calls_notes`).
+  (Keeping the returned lists alive instead made the count depend on the C allocator's
+  state: ``popleft500`` counted 394,652 instructions per operation, more than
+  ``alloc500``'s 358,515 with its ``append_n``, on CPython 3.11.7; a script holding
+  them in a fresh process counted 234,000.)
 - ``mix``: a fixed shuffled sequence of 100 allocations (:data:`MIX_SIZES`), each freed.
 - ``popappend``: ``q.append(q.popleft())``.
 - ``remove``: ``q.remove(b); q.append(b)`` over interior blocks (:func:`remove_walk`).
@@ -188,6 +197,19 @@ def _mix(q: Any, seq: list[int]) -> Runner:
     return run
 
 
+def first_free(q: Any, count: int) -> list[Any]:
+    """The first ``count`` free blocks of ``q`` in queue order (at most its free count),
+    read through the documented links: the head sentinel's (vLLM 0.10.0 on) or
+    ``free_list_head`` (the head-tail queues before)."""
+    head = getattr(q, "fake_free_list_head", None)
+    node = head.next_free_block if head is not None else q.free_list_head
+    out = []
+    for _ in range(count):
+        out.append(node)
+        node = node.next_free_block
+    return out
+
+
 def _popleft(q: Any, n: int, pool: int) -> Runner:
     stretch = popleft_stretch(n, pool)
 
@@ -197,13 +219,14 @@ def _popleft(q: Any, n: int, pool: int) -> Runner:
         total = 0
         while loops:
             calls = loops if last else min(loops, stretch)
+            taken = [] if last else first_free(q, calls * n)
             t0 = perf_counter_ns()
-            held = [q.popleft_n(n) for _ in repeat(None, calls)]
+            for _ in repeat(None, calls):
+                q.popleft_n(n)
             total += perf_counter_ns() - t0
             loops -= calls
-            if not last:
-                for blocks in held:
-                    q.append_n(blocks)
+            for start in range(0, len(taken), n):
+                q.append_n(taken[start : start + n])
         return total
 
     return run
