@@ -174,6 +174,13 @@ def test_the_report_reads_and_orders_runs_of_any_n(tmp_path: Path) -> None:
     assert "loop7" not in ab_tables.subject_cases(data, "pool")
 
 
+def test_a_queue_run_of_other_cases_is_sized_for_them() -> None:
+    sized = runner.bench_sizing_targets({"parameters": {"cases": ["alloc500", "popleft500"]}})
+    assert sized[1] == ("alloc500", "popleft500")
+    headline = runner.bench_sizing_targets({"parameters": {"cases": ["alloc500", "alloc1"]}})
+    assert headline[1] == ("alloc1", "alloc2", "mix")
+
+
 # ------------------------------------------------------------------ pools too small
 
 

@@ -55,12 +55,17 @@ SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
 
 def bench_sizing_targets(record: Mapping[str, Any]) -> SizingTargets:
     """What a bench run is sized for: :data:`~kvqueue.params.DEFAULT_PAIRS` on the
-    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`); a pool run
+    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`), or on every
+    case a queue run times when it times none of them (``CASES=alloc500``); a pool run
     (``parameters.subject`` pool), on every case it times (the pairs present, else every
     candidate against its baseline: :mod:`kvqueue.stats.comparisons`)."""
     params = record.get("parameters") or {}
+    cases = tuple(params.get("cases") or ())
     if params.get("subject") == schema.SUBJECT_POOL:
-        return DEFAULT_PAIRS, tuple(params.get("cases") or ())
+        return DEFAULT_PAIRS, cases
+    queue = params.get("subject", schema.SUBJECT_QUEUE) == schema.SUBJECT_QUEUE
+    if queue and cases and not set(cases) & set(process_sizing.HEADLINE_CASES):
+        return DEFAULT_PAIRS, cases
     return DEFAULT_PAIRS, process_sizing.HEADLINE_CASES
 
 
