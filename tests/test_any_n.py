@@ -181,6 +181,31 @@ def test_a_queue_run_of_other_cases_is_sized_for_them() -> None:
     assert headline[1] == ("alloc1", "alloc2", "mix")
 
 
+def test_make_report_cases_take_any_subject_and_n(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvqueue.report import writeup
+
+    assert cli._report_cases("alloc500 popleft7 loop7 sweep3") == (
+        "alloc500", "popleft7", "loop7", "sweep3",
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert (
+        cli.main(["report", "--raw-dir", str(tmp_path), "--out", str(out), "--cases", "alloc01"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown case 'alloc01'" in err[0] and "N of alloc<N>" in err[0]
+    assert not out.exists()
+    # Each writeup takes its subject's cases among them (the queue's: the headline ones
+    # when none is the queue's).
+    queue = SimpleNamespace(subject="queue", data=None)
+    assert writeup.question_cases(queue, ("alloc500", "loop7")) == ("alloc500",)
+    assert writeup.question_cases(queue, ("loop7",)) == ab_tables.HEADLINE_CASES
+    pool = SimpleNamespace(subject="pool", data=None)
+    assert writeup.question_cases(pool, ("alloc500", "loop7")) == ("loop7",)
+
+
 # ------------------------------------------------------------------ pools too small
 
 
