@@ -12,18 +12,17 @@
   queue's order after a stretch is the one ``allocN`` leaves). What the figure counts:
   per cycle, one ``q.popleft_n(N)`` (attribute look-up, call, building and freeing the
   returned list) and the loop step, plus the stretch's two clock reads shared by its
-  calls (at most ~1 % of ``popleft1`` on a 64-block pool, nothing measurable from 1,024
-  blocks on); never the put-back. By instructions (:mod:`kvqueue.measure.cachegrind`)
-  the same: a counted target run is ONE stretch of ``loops`` calls from the full queue
-  (:func:`target_ops` keeps ``loops * N`` within the pool) and the process ends before
-  any block goes back (``run(loops, last=True)``), so the put-back is in no count either;
-  on a pool of fewer than 100 N blocks that is fewer than 100 calls, and a run's own
-  allocator events then move the figure by a few % (the count says so:
-  :func:`kvqueue.measure.cachegrind.few_calls_notes`).
-  (Keeping the returned lists alive instead made the count depend on the C allocator's
-  state: ``popleft500`` counted 394,652 instructions per operation, more than
-  ``alloc500``'s 358,515 with its ``append_n``, on CPython 3.11.7; a script holding
-  them in a fresh process counted 234,000.)
+  calls (a stretch is 1,024 blocks' worth of calls, or the whole pool on a smaller one:
+  64 calls of ``popleft1`` at the least); never the put-back. By instructions
+  (:mod:`kvqueue.measure.cachegrind`) the same: a counted target run is ONE stretch of
+  ``loops`` calls from the full queue (:func:`target_ops` keeps ``loops * N`` within the
+  pool) and the process ends before any block goes back (``run(loops, last=True)``), so
+  the put-back is in no count either; on a pool of fewer than 100 N blocks that is fewer
+  than 100 calls, and a run's own allocator events then move the figure by a few % (the
+  count says so: :func:`kvqueue.measure.cachegrind.few_calls_notes`). The popped blocks
+  stay detached until the process ends, and the counted worker keeps its layout alive
+  to the end, so their teardown is not counted either
+  (:data:`kvqueue.measure.counted_worker.KEPT_NAME`).
 - ``mix``: a fixed shuffled sequence of 100 allocations (:data:`MIX_SIZES`), each freed.
 - ``popappend``: ``q.append(q.popleft())``.
 - ``remove``: ``q.remove(b); q.append(b)`` over interior blocks (:func:`remove_walk`).
