@@ -329,6 +329,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from kvqueue.gate import gate
     from kvqueue.measure import child
     from kvqueue.sources import loader
+    from kvqueue.subjects import queue_cases
 
     child.die_with_parent()  # when started by the runner (a no-op by hand)
     if sys.flags.optimize:
@@ -346,25 +347,41 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         args.ops = bench.gate_ops
         args.sizes = tuple(sorted({schema.MIN_POOL, *bench.pools}))
         args.subject = bench.subject
+        args.cases = tuple(dict.fromkeys([*bench.cases, *bench.confirm_cases]))
     if not sources:
         raise BenchInputError("give at least one SOURCE (or --from-env)")
     if args.subject != schema.SUBJECT_QUEUE:
         return _validate_stacks(sources, args)
+    problem = schema.unknown_cases(schema.SUBJECT_QUEUE, args.cases)
+    if problem:
+        raise BenchInputError(f"--cases: {problem}")
     try:
         variants = loader.load_variants(
             sources, block_source=block_source or None, block_mode=args.block_mode
         )
     except loader.SourceError as exc:
         raise BenchInputError(str(exc)) from None
+    batches = queue_cases.timed_batches(args.cases)
     results = gate.gate(
-        variants, ops=args.ops, seed=args.seed, sizes=args.sizes, invalid=args.invalid_ops
+        variants,
+        ops=args.ops,
+        seed=args.seed,
+        sizes=args.sizes,
+        invalid=args.invalid_ops,
+        batches=batches,
     )
     if args.json:
         records = [
             {**r.__dict__, "provenance": v.provenance()}
             for r, v in zip(results, variants, strict=True)
         ]
-        doc = {"seed": args.seed, "ops": args.ops, "sizes": list(args.sizes), "results": records}
+        doc = {
+            "seed": args.seed,
+            "ops": args.ops,
+            "sizes": list(args.sizes),
+            "batches": list(batches),
+            "results": records,
+        }
         print(json.dumps(doc))
     else:
         print(
@@ -482,6 +499,14 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
         default=size_check.DEFAULT_SIZES,
         help="queue sizes of the timed-size model check, space or comma separated "
         f"(default {' '.join(map(str, size_check.DEFAULT_SIZES))})",
+    )
+    p.add_argument(
+        "--cases",
+        type=str.split,
+        default=(),
+        help="queue cases the run times, space separated: the timed-size check also pops "
+        "and gives back N blocks for each allocN and popleftN (default: the lengths of the "
+        "default cases, 1 2 8 32)",
     )
     p.add_argument(
         "--subject",
@@ -796,8 +821,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cases",
         default="",
-        help="cases of the writeups' A/B tables, space separated (make report CASES=...; "
-        "'': alloc1 alloc2 mix)",
+        help="cases of the writeups' A/B tables, space separated, of any subject and N "
+        "(make report CASES=...; each writeup takes its subject's; '': alloc1 alloc2 mix, "
+        "and every case of a pool or manager comparison)",
     )
     p.add_argument(
         "--fetch-diffs",
@@ -812,16 +838,19 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _report_cases(text: str) -> tuple[str, ...]:
-    """The writeups' cases from ``--cases`` ('' = the headline cases); an unknown one
-    stops the report before anything is written."""
+    """The writeups' cases from ``--cases`` ('' = the headline cases): a case of any
+    subject, any N (each writeup takes its subject's); an unknown one stops the report
+    before anything is written."""
     from kvqueue import schema
     from kvqueue.ab.ab_tables import HEADLINE_CASES
 
     cases = tuple(dict.fromkeys(text.split()))
-    unknown = [c for c in cases if c not in schema.CASES]
+    unknown = [c for c in cases if schema.subject_of_case(c) is None]
     if unknown:
+        family = schema.case_family(unknown[0])
+        subject = next((s for s, f in schema.SIZED_FAMILIES.items() if family in f), "queue")
         raise BenchInputError(
-            f"CASES: unknown case {unknown[0]!r} (known: {' '.join(schema.CASES)})"
+            f"CASES: unknown case {unknown[0]!r}: {schema.case_problem(subject, unknown[0])}"
         )
     return cases or HEADLINE_CASES
 

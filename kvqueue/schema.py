@@ -12,7 +12,8 @@ write-once:
 
     - ``process``: 1-based index of the worker process within its phase;
     - ``phase``: ``"main"`` or ``"confirm"`` (the confirmation run);
-    - ``case``: one of :data:`CASES`; ``pool``: pool size in blocks;
+    - ``case``: a case of its subject (:func:`is_case`; the defaults: :data:`CASES`);
+      ``pool``: pool size in blocks;
     - ``variant``: the variant label (source string; ``#2`` marks an A/A duplicate);
     - ``sample``: 0-based sample round; ``order_position``: 0-based position of this
       variant in that round's shuffled order;
@@ -37,6 +38,7 @@ import datetime as dt
 import math
 import re
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 #: Version 2 added ``files`` (sha256 and row count of ``samples.csv``, sha256 of
@@ -161,7 +163,8 @@ MANAGER_CONFIRM_CASES = ("sweep100", "stream")
 #: request (``Request()``, which hashes its blocks from 0.10.1), ``get_computed_blocks``,
 #: ``allocate_slots`` of a prompt and of one decode token, ``free``.
 MANAGER_CALLS = ("request", "lookup", "prefill", "decode", "free")
-#: Every case of every subject, in table order (a samples.csv holds cases of these).
+#: Every default case of every subject, in table order (a samples.csv holds cases of any
+#: size: :func:`is_case`).
 ALL_CASES = (*CASES, *POOL_CASES, *MANAGER_CASES)
 #: Each subject's cases, and the label prefix of its variants (a pool of ``vllm==0.33.0``,
 #: that release's manager and its queue are three subjects, never one comparison).
@@ -171,6 +174,30 @@ SUBJECT_CONFIRM_CASES = {
     SUBJECT_POOL: POOL_CONFIRM_CASES,
     SUBJECT_MANAGER: MANAGER_CONFIRM_CASES,
 }
+#: The *sized* case families: ``<family>N`` takes any N >= 1 (the cases above are only
+#: the defaults), by subject: the queue's ``allocN`` (``popleft_n(N)`` + ``append_n``)
+#: and ``popleftN`` (``popleft_n(N)`` alone), the pool's ``loopN``, the manager's
+#: ``sweepN``. :func:`case_size` is the one parser of N.
+SIZED_FAMILIES = {
+    SUBJECT_QUEUE: ("alloc", "popleft"),
+    SUBJECT_POOL: ("loop",),
+    SUBJECT_MANAGER: ("sweep",),
+}
+#: Each subject's cases that take no size.
+FIXED_CASES = {
+    SUBJECT_QUEUE: ("mix", "popappend", "remove"),
+    SUBJECT_POOL: ("churn",),
+    SUBJECT_MANAGER: ("stream",),
+}
+#: Table order of the families and fixed cases (:func:`case_rank`): a sized family's
+#: cases sort by N where the family stands.
+CASE_ORDER = (
+    "alloc", "popleft", "mix", "popappend", "remove", "loop", "churn", "sweep", "stream"
+)  # fmt: skip
+#: N is written in decimal digits, without a sign or a leading zero, at most 9 of them
+#: (pools hold at most 10 million blocks, so a larger N fits no pool).
+_SIZE_RE = re.compile(r"[1-9][0-9]{0,8}")
+_RANK_STEP = 10**9
 POOLS = (2048, 100_000)
 #: Smallest pool a bench accepts and the gate checks: ``alloc32`` pops 32 blocks, and
 #: ``remove`` needs interior blocks.
@@ -320,12 +347,89 @@ def format_sample_float(value: float) -> str:
 # ------------------------------------------------------------------ ordering
 
 
+def case_family(case: str) -> str | None:
+    """The sized family ``case`` is spelled in (``alloc`` for ``alloc500``, and for a
+    misspelled ``alloc0`` too), or None."""
+    for families in SIZED_FAMILIES.values():
+        for family in families:
+            if case.startswith(family):
+                return family
+    return None
+
+
+def case_size(case: str, family: str | None = None) -> int | None:
+    """N of a sized case ``<family>N`` (any N >= 1: ``alloc500`` -> 500), or None for
+    any other text: a fixed case, another family than ``family`` (when given), an N that
+    is 0, signed, not decimal digits (ASCII), has a leading zero or more than 9 digits.
+
+    The one parser of N of every subject (:data:`SIZED_FAMILIES`)."""
+    found = case_family(case)
+    if found is None or (family is not None and found != family):
+        return None
+    digits = case[len(found) :]
+    return int(digits) if _SIZE_RE.fullmatch(digits) else None
+
+
+def subject_of_case(case: str) -> str | None:
+    """The subject whose case ``case`` is (a sized case of any N), or None."""
+    for subject in SUBJECTS:
+        if is_case(subject, case):
+            return subject
+    return None
+
+
+def is_case(subject: str, case: str) -> bool:
+    """Whether ``case`` is a case of ``subject``: one of its fixed cases, or
+    ``<family>N`` of one of its sized families with N >= 1."""
+    if case in FIXED_CASES.get(subject, ()):
+        return True
+    family = case_family(case)
+    return family in SIZED_FAMILIES.get(subject, ()) and case_size(case) is not None
+
+
+def case_forms(subject: str) -> str:
+    """The cases of ``subject`` in words: ``alloc<N> popleft<N> mix popappend remove``."""
+    return " ".join([*(f"{f}<N>" for f in SIZED_FAMILIES[subject]), *FIXED_CASES[subject]])
+
+
+def case_problem(subject: str, case: str) -> str | None:
+    """Why ``case`` is not a case of ``subject``, as the end of a one-line refusal
+    (None when it is one): a misspelled N, another subject's case, or the choices."""
+    if is_case(subject, case):
+        return None
+    family = case_family(case)
+    other = subject_of_case(case)
+    if other is not None:
+        return f"it is a case of subject {other} (SUBJECT={other})"
+    if family in SIZED_FAMILIES.get(subject, ()):
+        return (
+            f"N of {family}<N> is a whole number from 1 to 999999999 in digits, without a "
+            f"sign or leading zero (e.g. {family}500)"
+        )
+    return f"choose from {case_forms(subject)} (N >= 1)"
+
+
+def unknown_cases(subject: str, cases: Sequence[str]) -> str | None:
+    """The one-line refusal of the cases among ``cases`` that are not ``subject``'s
+    (the first one's reason), or None when every one is."""
+    unknown = [c for c in cases if not is_case(subject, c)]
+    if not unknown:
+        return None
+    return (
+        f"unknown case(s) {', '.join(unknown)} of subject {subject}: "
+        f"{unknown[0]}: {case_problem(subject, unknown[0])}"
+    )
+
+
 def case_rank(case: str) -> int:
-    """Position of ``case`` in :data:`ALL_CASES` (unknown cases sort after all known ones)."""
-    try:
-        return ALL_CASES.index(case)
-    except ValueError:
-        return len(ALL_CASES)
+    """Table order of ``case``: its family's or fixed case's place in :data:`CASE_ORDER`,
+    then N within a sized family (``alloc500`` after ``alloc32``, before ``popleft1``);
+    unknown cases sort after all known ones."""
+    size = case_size(case)
+    name = case_family(case) if size is not None else case
+    if name not in CASE_ORDER:
+        return len(CASE_ORDER) * _RANK_STEP
+    return CASE_ORDER.index(name) * _RANK_STEP + (size or 0)
 
 
 def case_key(case: str) -> tuple[int, str]:

@@ -35,6 +35,13 @@ BASE_NS = {
     "popappend": 90.0,
     "remove": 110.0,
 }
+
+
+def base_ns(case: str) -> float:
+    """:data:`BASE_NS` of a case; ``allocN`` or ``popleftN`` of another N: 45 ns per block."""
+    return BASE_NS.get(case) or 45.0 * (schema.case_size(case) or 1)
+
+
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
 DEFAULT_FACTORS = {
     "vllm==0.31.0": 1.0,
@@ -152,7 +159,7 @@ def write_run(
             for case in phase_cases:
                 ops = 100 if case == "mix" else 1
                 for pool in pools:
-                    base = BASE_NS[case] * (1.2 if pool > 10_000 else 1.0)
+                    base = base_ns(case) * (1.2 if pool > 10_000 else 1.0)
                     loops = max(1, int(2_000_000 / (base * ops)))
                     for sample in range(samples):
                         order = rng.permutation(len(labels))

@@ -54,7 +54,7 @@ BAD_INPUTS = [
     ("host-parent-path", ["--host", "../up"], "not a valid label"),
     ("host-space", ["--host", "my host"], "not a valid label"),
     ("host-leading-space", ["--host", " grace"], "not a valid label"),
-    ("case-unknown", ["--cases", "alloc1 alloc3"], "unknown case(s) alloc3"),
+    ("case-unknown", ["--cases", "alloc1 alloc0"], "unknown case(s) alloc0"),
     ("cases-empty", ["--cases", ""], "cases is empty"),
     ("processes-zero", ["--processes", "0"], "processes must be a positive"),
     ("processes-negative", ["--processes", "-2"], "processes must be a positive"),

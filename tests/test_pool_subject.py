@@ -119,11 +119,16 @@ def test_bad_subject_input_is_one_line(given: dict, words: str) -> None:
 def test_a_pool_too_small_for_a_case_and_an_unloadable_pool_are_refused(
     fixture_pool: str, tmp_path: Path
 ) -> None:
-    small = bench_params.make_params(
-        host="h", variants=[f"a={fixture_pool}", f"b={fixture_pool}"], subject="pool", pools=[512]
-    )
-    with pytest.raises(BenchInputError, match="loop1000 needs pools of at least 1,001"):
-        interpreter_checks.check_sources(small)
+    # Refused with the values, before any source is loaded or anything written.
+    with pytest.raises(
+        BenchInputError, match=r"case loop1000 needs pools of at least 1,001 blocks \(N = 1,000\)"
+    ):
+        bench_params.make_params(
+            host="h",
+            variants=[f"a={fixture_pool}", f"b={fixture_pool}"],
+            subject="pool",
+            pools=[512],
+        )
     broken = write_fixture_pool(tmp_path / "broken", pool_text="import torch\n")
     bad = bench_params.make_params(host="h", variants=[fixture_pool, str(broken)], subject="pool")
     with pytest.raises(BenchInputError, match=f"pool variant '{broken}': "):

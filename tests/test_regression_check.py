@@ -491,7 +491,7 @@ def test_unnamed_sources_are_labelled_base_and_head_so_one_source_may_be_both() 
         ({"thresholds": "mix=1 mix=2"}, "THRESHOLDS names mix twice"),
         ({"thresholds": "mix=x"}, "'x' is not a number"),
         ({"thresholds": "mix=-1"}, "THRESHOLDS mix must be a percentage"),
-        ({"cases": "alloc3"}, "unknown case(s) alloc3"),
+        ({"cases": "alloc03"}, "unknown case(s) alloc03 of subject queue: alloc03: N of"),
         ({"base": "a=kvqueue", "head": "a=kvqueue:floor"}, "two variants are both called 'a'"),
     ],
 )

@@ -42,7 +42,7 @@ HEADINGS = [
     "Summary",
     figures.FIGURES["forest"].title,
     "Validation",
-    *(ab_tables.CASE_TITLES[c] for c in ab_tables.HEADLINE_CASES),
+    *(ab_tables.case_title(c) for c in ab_tables.HEADLINE_CASES),
     "Provenance: every run found",
 ]
 

@@ -169,7 +169,8 @@ def test_the_budget_counts_from_the_launch(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
     """Consecutive versions (newer, older) on alloc8 too; the bench pairs fall back to
-    every version against the newest on the headline cases only."""
+    every version against the newest on the headline cases only (on the run's own
+    cases when it measured none of them: issue 36, any batch size)."""
     record = {
         "kind": "history",
         "history": {"versions": [{"label": "c"}, {"label": "b"}, {"label": "a"}]},
@@ -177,9 +178,13 @@ def test_a_history_is_sized_for_its_steps_on_its_cases() -> None:
     }
     pairs, cases = history_sizing.sizing_targets(record)
     assert pairs == (("c", "b"), ("b", "a")) and cases == ("alloc1", "alloc8")
-    assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8"]}}) == (
+    assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8", "mix"]}}) == (
         report_params.DEFAULT_PAIRS,
         process_sizing.HEADLINE_CASES,
+    )
+    assert history_sizing.sizing_targets({"parameters": {"cases": ["alloc8"]}}) == (
+        report_params.DEFAULT_PAIRS,
+        ("alloc8",),
     )
     # The runner sniffs no kind: a bench run is sized for the bench's targets whatever
     # its record says; a history passes its own (kvqueue.history.history_collect.run_history).

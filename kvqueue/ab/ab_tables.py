@@ -34,28 +34,39 @@ from kvqueue.subjects import queue_cases
 
 #: The cases of the three headline tables.
 HEADLINE_CASES = ("alloc1", "alloc2", "mix")
-CASE_TITLES = {
-    "alloc1": "Singleton allocation/free (alloc1)",
-    "alloc2": "Two-block allocation/free (alloc2)",
+#: Titles of the fixed cases (a sized case's: :func:`case_title`).
+_FIXED_TITLES = {
     "mix": "Mixed workload (mix)",
-    "alloc8": "8-block allocation/free (alloc8)",
-    "alloc32": "32-block allocation/free (alloc32)",
     "popappend": "popleft/append (popappend)",
     "remove": "Remove/append of cached blocks (remove)",
-    **{
-        f"loop{n}": f"BlockPool: get_new_blocks({n}) + free_blocks (loop{n})"
-        for n in (10, 50, 100, 500, 1000)
-    },
     "churn": "BlockPool: one request's allocation path under prefix caching (churn)",
-    **{
-        f"sweep{n}": f"KVCacheManager: one request of {n} blocks admitted and freed (sweep{n})"
-        for n in (10, 30, 100, 300, 1000)
-    },
     "stream": "KVCacheManager: one scheduler step of a serving stream (stream)",
 }
-#: The cases a pool comparison shows: every pool case (vLLM's loop at its five sizes).
+#: Titles of ``alloc1`` and ``alloc2`` (the headline cases' words).
+_ALLOC_WORDS = {1: "Singleton", 2: "Two-block"}
+
+
+def case_title(case: str) -> str:
+    """The heading of a case's table: ``32-block allocation/free (alloc32)``, any N."""
+    n = schema.case_size(case)
+    family = schema.case_family(case) if n is not None else None
+    if family == "alloc":
+        return f"{_ALLOC_WORDS.get(n, f'{n}-block')} allocation/free ({case})"
+    if family == "popleft":
+        return f"popleft_n({n}) alone ({case})"
+    if family == "loop":
+        return f"BlockPool: get_new_blocks({n}) + free_blocks ({case})"
+    if family == "sweep":
+        return f"KVCacheManager: one request of {n} blocks admitted and freed ({case})"
+    return _FIXED_TITLES.get(case, case)
+
+
+#: The cases a pool comparison shows by default: every default pool case (vLLM's loop at
+#: its five sizes, the churn); a run's other ``loopN`` are shown too
+#: (:func:`subject_cases`).
 POOL_HEADLINE_CASES = schema.POOL_CASES
-#: The cases a manager comparison shows: every manager case (the five sweeps, the stream).
+#: The cases a manager comparison shows by default: every default manager case (the five
+#: sweeps, the stream), and any other ``sweepN`` measured.
 MANAGER_HEADLINE_CASES = schema.MANAGER_CASES
 #: The cases each subject's comparisons show first (the queue's: ``make report CASES``'s
 #: default).
@@ -64,43 +75,57 @@ SUBJECT_HEADLINE_CASES = {
     schema.SUBJECT_POOL: POOL_HEADLINE_CASES,
     schema.SUBJECT_MANAGER: MANAGER_HEADLINE_CASES,
 }
-CASE_CYCLES = {
-    "alloc1": "one cycle = `blocks = q.popleft_n(1); q.append_n(blocks)`",
-    "alloc2": "one cycle = `blocks = q.popleft_n(2); q.append_n(blocks)`",
-    "alloc8": "one cycle = `blocks = q.popleft_n(8); q.append_n(blocks)`",
-    "alloc32": "one cycle = `blocks = q.popleft_n(32); q.append_n(blocks)`",
+#: What one cycle of each fixed case is (a sized case's: :func:`case_cycle`).
+_FIXED_CYCLES = {
     "mix": (
         f"a fixed shuffled sequence of {len(queue_cases.MIX_SIZES)} allocations "
         f"({queue_cases.mix_composition()}), each freed again; times are ns per allocation/free"
     ),
     "popappend": "one cycle = `q.append(q.popleft())`",
     "remove": "one cycle = `q.remove(b); q.append(b)` for a cached block from the interior",
-    **{
-        f"loop{n}": (
-            f"one round of vLLM's own benchmark loop = `blocks = pool.get_new_blocks({n}); "
-            "pool.free_blocks(blocks)`; times are ns per round"
-        )
-        for n in (10, 50, 100, 500, 1000)
-    },
     "churn": (
         "one request finished (its blocks freed, last first) and one admitted (prefix looked "
         "up with `get_cached_block`, hits `touch`-ed, the rest from `get_new_blocks`, which "
         "evicts, full blocks cached); times are ns per request"
     ),
-    **{
-        f"sweep{n}": (
-            f"one request of {n} full blocks with no cache hit, admitted and finished "
-            "(`Request()`, `get_computed_blocks`, `allocate_slots`, `free`), every "
-            "allocation evicting a cached block; times are ns per request"
-        )
-        for n in (10, 30, 100, 300, 1000)
-    },
     "stream": (
         "one scheduler step of a serving-shaped stream (admissions while fewer than 16 "
         "run, one decode `allocate_slots` per running request, preemption when allocation "
         "fails, `free` when done); times are ns per step"
     ),
 }
+
+
+def case_cycle(case: str) -> str:
+    """What one cycle (operation) of a case is, in words, any N; an unknown case's name."""
+    n = schema.case_size(case)
+    family = schema.case_family(case) if n is not None else None
+    if family == "alloc":
+        return f"one cycle = `blocks = q.popleft_n({n}); q.append_n(blocks)`"
+    if family == "popleft":
+        return (
+            f"one cycle = `q.popleft_n({n})` alone, timed in stretches of calls on a full "
+            "queue; the blocks go back untimed between stretches (and in no count)"
+        )
+    if family == "loop":
+        return (
+            f"one round of vLLM's own benchmark loop = `blocks = pool.get_new_blocks({n}); "
+            "pool.free_blocks(blocks)`; times are ns per round"
+        )
+    if family == "sweep":
+        return (
+            f"one request of {n} full blocks with no cache hit, admitted and finished "
+            "(`Request()`, `get_computed_blocks`, `allocate_slots`, `free`), every "
+            "allocation evicting a cached block; times are ns per request"
+        )
+    return _FIXED_CYCLES.get(case, case)
+
+
+def subject_cases(data: store.Processed, subject: str, phase: str = "main") -> list[str]:
+    """The cases of ``subject`` a stack comparison shows: its defaults (the headline
+    cases) and any other of its cases the headline runs measured, in table order."""
+    present = [c for c in present_cases(data, phase) if schema.is_case(subject, c)]
+    return sorted({*SUBJECT_HEADLINE_CASES[subject], *present}, key=schema.case_key)
 
 
 def pair_ranks(df: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd.Series:
@@ -111,7 +136,8 @@ def pair_ranks(df: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> pd.Series:
 
 
 def case_ranks(cases: pd.Series) -> pd.Series:
-    """Sort key of each case: its position in :data:`kvqueue.schema.CASES`."""
+    """Sort key of each case: its table order (:func:`kvqueue.schema.case_rank`: a sized
+    family's cases by N where the family stands)."""
     return cases.map(schema.case_rank)
 
 
@@ -515,7 +541,7 @@ def _variant_order(data: store.Processed) -> dict[str, int]:
 
 def case_note(case: str, data: store.Processed) -> str:
     """What one cycle of a case is (printed under its heading)."""
-    return CASE_CYCLES.get(case, case) + "."
+    return case_cycle(case) + "."
 
 
 def headline_note(data: store.Processed) -> str:

@@ -8,8 +8,8 @@
 2. *Timed sizes*: the model check again, once per queue size that is timed (by default
    the pools of :data:`kvqueue.schema.POOLS` and the smallest pool ``make bench``
    accepts), starting from the full pool in block-id order as the worker builds it, with
-   batches of the timed lengths (1, 2, 8, 32) and up to
-   :data:`kvqueue.gate.size_check.MAX_BATCH`. A variant
+   batches of the timed lengths (1, 2, 8, 32 and N of the run's ``allocN``/``popleftN``:
+   ``batches``) and up to :data:`kvqueue.gate.size_check.MAX_BATCH`. A variant
    whose behaviour depends on queue length, block id or batch length beyond the small
    queues of part 1 is caught here. The whole-structure check is O(size), so it runs only
    every ``size // 20`` operations and at the end (with ``get_all_free_blocks`` and a
@@ -43,7 +43,7 @@ from kvqueue.gate.invalid_ops import (
 )
 from kvqueue.gate.model_check import DEFAULT_OPS, DEFAULT_SEED, model_check
 from kvqueue.gate.naming import ValidationError
-from kvqueue.gate.size_check import DEFAULT_SIZES, SIZE_OPS_DIVISOR, size_check
+from kvqueue.gate.size_check import DEFAULT_SIZES, SIZE_OPS_DIVISOR, TIMED_BATCHES, size_check
 from kvqueue.sources.loader import STRUCTURE_HEAD_TAIL, Variant
 
 
@@ -79,6 +79,9 @@ class GateResult:
     #: The queue size whose timed-size run (part 2) failed, or None: ``sizes`` lists
     #: only the sizes passed, so a summary without it named the wrong size.
     failed_size: int | None = None
+    #: Batch lengths of part 2 beyond the default ones (N of the run's ``allocN`` and
+    #: ``popleftN``), in order.
+    batches: tuple[int, ...] = ()
 
     def line(self) -> str:
         """One human-readable line, as printed by ``python -m kvqueue validate``."""
@@ -88,7 +91,7 @@ class GateResult:
             "bound": "invalid ops skipped (bound)",
         }.get(self.role, f"{self.invalid_compared} invalid ops compared")
 
-        sized = sizes_summary(self.size_ops_checked, self.sizes, self.failed_size)
+        sized = sizes_summary(self.size_ops_checked, self.sizes, self.failed_size, self.batches)
         return (
             f"{status}  {self.label:<16} {self.ops_checked:>7,} ops checked  {sized:<34} "
             f"{invalid:<32} sha256 {self.sha256}  {self.seconds:5.1f} s"
@@ -110,6 +113,7 @@ def gate(
     sizes: Sequence[int] = DEFAULT_SIZES,
     size_ops: int | None = None,
     invalid: str = "refuse",
+    batches: Sequence[int] = (),
 ) -> list[GateResult]:
     """Run the whole gate; the first variant is the baseline.
 
@@ -136,6 +140,10 @@ def gate(
         ``GateResult.invalid_differs``; releases changed their contract on invalid
         use, e.g. 0.10.0 and 0.20.0 leave different counts after ``append_n`` on a
         corrupted tail sentinel).
+    batches
+        Batch lengths the run times besides the default ones (N of its ``allocN`` and
+        ``popleftN``): part 2 pops and gives back that many blocks at every size
+        (:func:`kvqueue.gate.size_check.size_check`).
 
     Returns
     -------
@@ -153,6 +161,9 @@ def gate(
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"queue sizes must be whole numbers >= 1, got {size!r}")
     per_size = ops // SIZE_OPS_DIVISOR if size_ops is None else size_ops
+    extra = tuple(sorted({int(b) for b in batches} - set(TIMED_BATCHES)))
+    if any(b < 1 for b in extra):
+        raise ValueError(f"batch lengths must be whole numbers >= 1, got {list(batches)!r}")
     results = []
     baseline = variants[0]
     for index, variant in enumerate(variants):
@@ -188,7 +199,7 @@ def gate(
             phase = "sizes"
             sized_start = time.perf_counter()
             for size in sizes:
-                sized_ops += size_check(variant, size, per_size, seed)
+                sized_ops += size_check(variant, size, per_size, seed, extra)
                 covered.append(size)
         except ValidationError as exc:
             error = str(exc)
@@ -218,19 +229,25 @@ def gate(
                 invalid_references=references,
                 invalid_differs=differs,
                 failed_size=failed_size,
+                batches=extra,
                 skipped=_skipped_notes(variant, role, invalid_skipped, skipped_by),
             )
         )
     return results
 
 
-def sizes_summary(ops: int, passed: Sequence[int], failed: int | None = None) -> str:
-    """``+15,002 at sizes 64/4096`` plus ``, FAILED at 32,768`` for a size that failed.
+def sizes_summary(
+    ops: int, passed: Sequence[int], failed: int | None = None, batches: Sequence[int] = ()
+) -> str:
+    """``+15,002 at sizes 64/4096`` plus ``, batches of 500`` for the run's own batch
+    lengths and ``, FAILED at 32,768`` for a size that failed.
 
     Shared by :meth:`GateResult.line` and the bench's gate lines (built from the JSON
     record).
     """
     out = f"+{ops:,} at sizes {'/'.join(map(str, passed)) or '-'}"
+    if batches:
+        out += f", batches of {'/'.join(map(str, batches))}"
     return out if failed is None else f"{out}, FAILED at {failed:,}"
 
 

@@ -3,9 +3,14 @@
 The model check again, once per queue size that is timed (by default the pools of
 :data:`kvqueue.schema.POOLS` and the smallest pool ``make bench`` accepts,
 :data:`kvqueue.schema.MIN_POOL`), starting from the full pool in block-id order as the
-worker builds it, with batches of the timed lengths (1, 2, 8, 32) and up to
-:data:`MAX_BATCH`. A variant whose behaviour depends on queue length, block id or batch
-length beyond the small queues of part 1 is caught here. The whole-structure check is
+worker builds it, with batches of the timed lengths (1, 2, 8, 32, and N of every
+``allocN``/``popleftN`` the run measures: ``batches``) and up to :data:`MAX_BATCH`. A
+length above :data:`MAX_BATCH` (``alloc500``) is not drawn at random: a schedule forces
+it on the next ``popleft_n`` and the next ``append_n``/``prepend_n`` after it every so many
+operations, within a budget of blocks (:func:`long_batch_period`), so the gate pops and
+gives back N blocks (as many as the queue holds, on a smaller one) at every size. A
+variant whose behaviour depends on queue length, block id or batch length beyond the
+small queues of part 1 is caught here. The whole-structure check is
 O(size), so it runs only every ``size // 20`` operations and at the end (with
 ``get_all_free_blocks`` and a full ``iter_blocks_after``); after each operation the
 count, the sentinels and the links of every block the operation touched (and of their
@@ -19,6 +24,7 @@ from __future__ import annotations
 import itertools
 import operator
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from kvqueue import schema
@@ -36,10 +42,9 @@ from kvqueue.subjects import queue_cases
 
 #: Queue sizes of part 2 by default: the smallest accepted pool and every timed pool.
 DEFAULT_SIZES: tuple[int, ...] = (schema.MIN_POOL, *schema.POOLS)
-#: Batch lengths that are timed: the ``allocK`` cases and the batches of ``mix``.
-TIMED_BATCHES: tuple[int, ...] = tuple(
-    sorted({*queue_cases.MIX_SIZES, *(int(c[5:]) for c in schema.CASES if c.startswith("alloc"))})
-)
+#: Batch lengths that are timed by default: the ``allocK`` cases and the batches of
+#: ``mix`` (a run's own cases add theirs: ``batches``).
+TIMED_BATCHES: tuple[int, ...] = queue_cases.timed_batches(schema.CASES)
 #: Longest batch of part 2: the longest timed batch and a bit beyond, so a threshold
 #: just above it is crossed too.
 MAX_BATCH = max(TIMED_BATCHES) + 8
@@ -54,6 +59,12 @@ SIZE_OPS_DIVISOR = 4
 # full pool, as in the timed cases (which pop and give back at most 32); at 64 blocks
 # it covers every count from 0 to 64.
 _MAX_HELD = 4 * MAX_BATCH
+#: Blocks the forced long batches (longer than :data:`MAX_BATCH`) may pop per size at the
+#: default 15,000 operations (scaled with the operations): 200,000 is ~0.4 s per
+#: variant and size for ``alloc500`` (its pops and give-backs, checked block by block).
+LONG_BATCH_BLOCKS = 200_000
+#: Forced long pops per size and length at least (a 100,000-block batch still gets them).
+MIN_LONG_BATCHES = 8
 # A whole-structure check every ``size // _WALK_DIVISOR`` operations. A walk costs O(size)
 # (33 ms at 100,000 blocks, 0.66 ms at 2,048, with get_all_free_blocks and a full
 # iter_blocks_after), so its amortized cost is the same at every size: ~7 us per
@@ -72,10 +83,26 @@ class _SizedRun:
     index to the object the queue must hold there, so a link is checked with one ``is``.
     """
 
-    def __init__(self, variant: Variant, size: int, rng: random.Random) -> None:
+    def __init__(
+        self,
+        variant: Variant,
+        size: int,
+        rng: random.Random,
+        batches: tuple[int, ...] = (),
+        ops: int = 0,
+    ) -> None:
         self.v = variant
         self.size = size
         self.rng = rng
+        # The timed lengths drawn at random (the defaults, then the run's short ones)
+        # and the long ones forced by a schedule: every ``long_every`` operations the
+        # next pop, and then the next give-back, take the next long length.
+        short = [b for b in batches if b <= MAX_BATCH and b not in TIMED_BATCHES]
+        self.timed = (*TIMED_BATCHES, *sorted(set(short)))
+        self.long = tuple(sorted({b for b in batches if b > MAX_BATCH}))
+        self.long_every = long_batch_period(self.long, ops)
+        self.long_next = 0
+        self.force_pop = self.force_give = 0
         self.head_i, self.tail_i, self.nil = size, size + 1, size + 2
         self.op_index = 0
         self.passed = 0
@@ -140,11 +167,21 @@ class _SizedRun:
         self.held_pos[i] = -1
         self.count += 1
 
-    def _batch(self, available: int) -> int:
-        # Half the batches have a timed length, half any length up to MAX_BATCH.
+    def _batch(self, available: int, forced: int = 0) -> int:
+        # A forced long length, else: half the batches have a timed length, half any
+        # length up to MAX_BATCH.
+        if forced:
+            return min(forced, available)
         rng = self.rng
-        k = rng.choice(TIMED_BATCHES) if rng.random() < 0.5 else rng.randint(0, MAX_BATCH)
+        k = rng.choice(self.timed) if rng.random() < 0.5 else rng.randint(0, MAX_BATCH)
         return min(k, available)
+
+    def _schedule(self) -> None:
+        """Every ``long_every`` operations: the next ``popleft_n`` takes the next long
+        length (in turn), and the give-back after it the same."""
+        if self.long and self.op_index % self.long_every == 0:
+            self.force_pop = self.long[self.long_next % len(self.long)]
+            self.long_next += 1
 
     def _random_free(self) -> int:
         # Rejection sampling: at least (size - _MAX_HELD) / size of the blocks are free
@@ -162,6 +199,7 @@ class _SizedRun:
         rng, q, objs, nxt = self.rng, self.q, self.objs, self.nxt
         self.count_before, self.state = self.count, "before the operation"
         self.dirty = []
+        self._schedule()
         held = len(self.held)
         if rng.random() < 0.1:
             op = "iter" if self.v.can("iter_blocks_after") else "skip"
@@ -179,7 +217,10 @@ class _SizedRun:
                 self.fail("popleft() returned", want, self.name(got))
             self._unlink(want)
         elif op == "popleft_n":
-            k = self._batch(self.count)
+            forced, self.force_pop = self.force_pop, 0
+            k = self._batch(self.count, forced)
+            # A forced pop arms the next give-back with its length.
+            self.force_give = forced or self.force_give
             self.where = f"operation #{self.op_index} popleft_n({k})"
             want_i, j = [], nxt[self.head_i]
             for _ in range(k):
@@ -209,7 +250,8 @@ class _SizedRun:
             q.append(objs[i])
             self._link_before(i, self.tail_i)
         elif op in ("append_n", "prepend_n"):
-            k = self._batch(held)
+            k = self._batch(held, self.force_give)
+            self.force_give = 0
             batch = [self.held[p] for p in rng.sample(range(held), k)]
             self.where = f"operation #{self.op_index} {op}({batch})"
             getattr(q, op)([objs[i] for i in batch])
@@ -339,18 +381,32 @@ class _SizedRun:
             self.fail("iter_blocks_after(None) yielded", f"{len(order):,} blocks", len(got))
 
 
+def long_batch_period(lengths: Sequence[int], ops: int) -> int:
+    """Operations between two forced long batches: the long ``lengths`` share
+    :data:`LONG_BATCH_BLOCKS` per 15,000 operations (scaled with ``ops``), each length
+    forced at least :data:`MIN_LONG_BATCHES` times, at most every 4th operation."""
+    if not lengths:
+        return 0
+    default = DEFAULT_OPS // SIZE_OPS_DIVISOR
+    draws = sum(max(MIN_LONG_BATCHES, LONG_BATCH_BLOCKS * ops // default // n) for n in lengths)
+    return max(4, ops // max(1, draws))
+
+
 def size_check(
     variant: Variant,
     size: int,
     ops: int = DEFAULT_OPS // SIZE_OPS_DIVISOR,
     seed: int = DEFAULT_SEED,
+    batches: Sequence[int] = (),
 ) -> int:
     """Run the model check (part 2) on a queue of ``size`` blocks.
 
     The queue starts as the worker's pool does: ``size`` blocks with ids 0..size-1, all
     free, in id order. Random operations then pop and give back blocks (batches of the
-    timed lengths and up to :data:`MAX_BATCH`), remove random free blocks and iterate,
-    keeping at most ``4 * MAX_BATCH`` blocks out of the queue.
+    timed lengths and up to :data:`MAX_BATCH`; longer ``batches`` forced by a schedule,
+    see the module docstring), remove random free blocks and iterate, keeping at most
+    ``4 * MAX_BATCH`` blocks out of the queue (a forced long pop may take more: the
+    next operations give them back).
 
     Parameters
     ----------
@@ -362,6 +418,10 @@ def size_check(
         Number of random operations.
     seed
         Seed of the gate; each size gets its own sequence derived from it.
+    batches
+        Further batch lengths the run times (N of its ``allocN`` and ``popleftN``:
+        :func:`kvqueue.subjects.queue_cases.timed_batches`); the default lengths and a
+        default run's (1, 2, 8, 32) draw the same operations as none.
 
     Returns
     -------
@@ -376,7 +436,7 @@ def size_check(
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"queue sizes must be whole numbers >= 1, got {size!r}")
     # A str seed is hashed with SHA-512 by random.seed: stable across runs and versions.
-    run = _SizedRun(variant, size, random.Random(f"{seed}/{size}"))
+    run = _SizedRun(variant, size, random.Random(f"{seed}/{size}"), tuple(batches), ops)
     every = max(1, size // _WALK_DIVISOR)
     try:
         run.start()

@@ -105,15 +105,9 @@ def check_sources(p: BenchParams) -> None:
     Loading (not just reading) catches a class that lacks a queue method up front.
     """
     cases = tuple(dict.fromkeys([*p.cases, *p.confirm_cases]))
-    kind = stack_layout.KINDS.get(p.subject)
-    if kind is not None:
-        for case in cases:
-            least = kind.cases.smallest_pool(case)
-            small = [pool for pool in p.pools if pool < least]
-            if small:
-                raise BenchInputError(
-                    f"case {case} needs pools of at least {least:,} blocks, got {small[0]:,}"
-                )
+    if p.subject in stack_layout.KINDS:
+        # A pool too small for a case was refused with the values
+        # (kvqueue.params.bench_params.check_pools_hold).
         for source in p.variants:
             check_stack_source(source, p.subject)
         return
@@ -156,7 +150,7 @@ def check_source(
     except loader.SourceError as exc:
         raise BenchInputError(f"{role} '{source}': {exc}") from None
     for case in cases:
-        lacking = [m for m in queue_cases.CASE_METHODS[case] if not variant.can(m)]
+        lacking = [m for m in queue_cases.case_methods(case) if not variant.can(m)]
         if lacking:
             raise BenchInputError(
                 f"{role} '{source}' has no {', '.join(lacking)} (and no adapter for it): "

@@ -55,12 +55,17 @@ SizingTargets = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
 
 def bench_sizing_targets(record: Mapping[str, Any]) -> SizingTargets:
     """What a bench run is sized for: :data:`~kvqueue.params.DEFAULT_PAIRS` on the
-    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`); a pool run
+    headline cases (:data:`kvqueue.measure.process_sizing.HEADLINE_CASES`), or on every
+    case a queue run times when it times none of them (``CASES=alloc500``); a pool run
     (``parameters.subject`` pool), on every case it times (the pairs present, else every
     candidate against its baseline: :mod:`kvqueue.stats.comparisons`)."""
     params = record.get("parameters") or {}
+    cases = tuple(params.get("cases") or ())
     if params.get("subject") == schema.SUBJECT_POOL:
-        return DEFAULT_PAIRS, tuple(params.get("cases") or ())
+        return DEFAULT_PAIRS, cases
+    queue = params.get("subject", schema.SUBJECT_QUEUE) == schema.SUBJECT_QUEUE
+    if queue and cases and not set(cases) & set(process_sizing.HEADLINE_CASES):
+        return DEFAULT_PAIRS, cases
     return DEFAULT_PAIRS, process_sizing.HEADLINE_CASES
 
 
@@ -156,7 +161,8 @@ def run_gate(
 
     The model check runs at the pools the run measures, the smallest pool allowed, and
     any further ``sizes`` (``make quick`` adds the bench's pools: a queue broken only
-    above 5,000 blocks passed a gate that stopped at 2,048).
+    above 5,000 blocks passed a gate that stopped at 2,048), with the batch lengths of the
+    run's cases (``--cases``: N of every ``allocN`` and ``popleftN``).
 
     Returns
     -------
@@ -180,6 +186,8 @@ def run_gate(
         cmd += ["--invalid-ops", invalid]
     if params.subject != schema.SUBJECT_QUEUE:
         cmd += ["--subject", params.subject]
+    else:
+        cmd += ["--cases", " ".join(dict.fromkeys([*params.cases, *params.confirm_cases]))]
     timeout = GATE_SECONDS_BASE + GATE_SECONDS_PER_VARIANT * len(params.sources)
     proc = run_child(
         [*cmd, *params.sources], input_text=None, timeout=timeout, what="the validation gate"
@@ -202,10 +210,15 @@ def run_gate(
                 f"blocks, named differences: {named}, sha256 {result['sha256'][:16]}"
             )
         else:
+            sizes = gate_sizes(
+                sized,
+                result.get("sizes") or [],
+                result.get("failed_size"),
+                result.get("batches") or (),
+            )
             summary = (
                 f"gate {status} {result['label']}: {result['ops_checked']:,} ops, "
-                f"{result['invalid_compared']} invalid ops, "
-                f"{gate_sizes(sized, result.get('sizes') or [], result.get('failed_size'))}, "
+                f"{result['invalid_compared']} invalid ops, {sizes}, "
                 f"sha256 {result['sha256'][:16]}"
             )
         lines.append(summary)

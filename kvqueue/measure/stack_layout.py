@@ -91,8 +91,9 @@ class StackCell:
         self.pools = pools
 
     @staticmethod
-    def timed(runners: dict[str, Runner], label: str, loops: int) -> int:
-        """Run ``label``'s runner for ``loops`` operations; return the ns it took."""
+    def timed(runners: dict[str, Runner], label: str, loops: int, last: bool = False) -> int:
+        """Run ``label``'s runner for ``loops`` operations; return the ns it took (``last``:
+        the queue's, no stack case takes it)."""
         return runners[label](loops)
 
 

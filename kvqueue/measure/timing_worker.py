@@ -186,8 +186,12 @@ class SharedPool:
             self.queues[label] = queue_cls(self.blocks)
             self.owner = label
 
-    def timed(self, runners: dict[str, queue_cases.Runner], label: str, loops: int) -> int:
-        """Hand the chain of blocks to ``label``'s queue (untimed), then time its runner."""
+    def timed(
+        self, runners: dict[str, queue_cases.Runner], label: str, loops: int, last: bool = False
+    ) -> int:
+        """Hand the chain of blocks to ``label``'s queue (untimed), then time its runner
+        (``last``: the process's last call, passed to a runner that takes it:
+        :func:`kvqueue.subjects.queue_cases.takes_last`)."""
         if self.owner != label:
             hand_over(
                 self.queues[self.owner],
@@ -196,7 +200,7 @@ class SharedPool:
                 self.structures.get(label, loader.STRUCTURE_SENTINELS),
             )
             self.owner = label
-        return runners[label](loops)
+        return runners[label](loops, last=True) if last else runners[label](loops)
 
 
 class OwnPools:
@@ -236,9 +240,12 @@ class OwnPools:
         for label, queue_cls in queues.items():
             self.pools[label].rebind({label: queue_cls})
 
-    def timed(self, runners: dict[str, queue_cases.Runner], label: str, loops: int) -> int:
-        """Time ``label``'s runner on its own pool (nothing to hand over)."""
-        return runners[label](loops)
+    def timed(
+        self, runners: dict[str, queue_cases.Runner], label: str, loops: int, last: bool = False
+    ) -> int:
+        """Time ``label``'s runner on its own pool (nothing to hand over; ``last`` as for
+        :meth:`SharedPool.timed`)."""
+        return runners[label](loops, last=True) if last else runners[label](loops)
 
 
 def _ends(q: Any, structure: str) -> tuple[Any, Any, Any, Any]:

@@ -15,7 +15,7 @@ Standard library only: ``python -m kvqueue`` imports this under a bare interpret
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from kvqueue.params.value_checks import (
     no_duplicates,
     whole,
 )
+from kvqueue.subjects import manager_cases, pool_cases, queue_cases
 
 DEFAULT_VARIANTS = ("vllm==0.31.0", "vllm==0.32.0", "kvqueue", "kvqueue:floor")
 MAX_SAMPLES = 1000
@@ -399,30 +400,58 @@ def check_counts(p: BenchParams) -> None:
 
 def check_cases(p: BenchParams) -> None:
     """Refuse an unknown subject; unknown, repeated or empty case lists (the subject's
-    cases); a block option with the pool subject (each ``BlockPool`` uses its own
-    release's block class). A pool too small for a pool case is refused with the
-    sources (:func:`kvqueue.measure.interpreter_checks.check_sources`)."""
+    cases: :func:`kvqueue.schema.is_case`, any N of a sized family); a pool too small
+    for a case (:func:`check_pools_hold`); a block option with the pool subject (each
+    ``BlockPool`` uses its own release's block class)."""
     if p.subject not in schema.SUBJECTS:
         raise BenchInputError(
             f"subject must be one of {' | '.join(schema.SUBJECTS)}, got {p.subject!r}"
         )
-    known = schema.SUBJECT_CASES[p.subject]
     for name in ("cases", "confirm_cases"):
         chosen = getattr(p, name)
-        unknown = [c for c in chosen if c not in known]
-        if unknown:
-            raise BenchInputError(
-                f"unknown case(s) {', '.join(unknown)} of subject {p.subject}: choose from "
-                f"{' '.join(known)}"
-            )
+        if any(not isinstance(c, str) for c in chosen):
+            raise BenchInputError(f"{name} must be case names, got {list(chosen)!r}")
+        problem = schema.unknown_cases(p.subject, chosen)
+        if problem:
+            raise BenchInputError(problem)
         no_duplicates(name, chosen)
     if not p.cases:
         raise BenchInputError("cases is empty")
+    check_pools_hold(p.subject, (*p.cases, *p.confirm_cases), p.pools)
     if p.subject != schema.SUBJECT_QUEUE and (p.block_source or p.block_mode != "shared"):
         raise BenchInputError(
             f"block_source and block_mode are the queue's: a {p.subject} uses its own "
             "release's KVCacheBlock"
         )
+
+
+#: Each subject's cases module: the pool each case needs (``smallest_pool``).
+CASE_MODULES = {
+    schema.SUBJECT_QUEUE: queue_cases,
+    schema.SUBJECT_POOL: pool_cases,
+    schema.SUBJECT_MANAGER: manager_cases,
+}
+
+
+def check_pools_hold(subject: str, cases: Sequence[str], pools: Sequence[int]) -> None:
+    """Refuse, in one line naming the case, its N and the smallest pool it needs, a pool
+    smaller than a case needs (``alloc500`` pops 500 blocks: not from 64).
+
+    Raises
+    ------
+    BenchInputError
+        The first case and pool that do not fit.
+    """
+    module = CASE_MODULES[subject]
+    for case in dict.fromkeys(cases):
+        least = module.smallest_pool(case)
+        small = [pool for pool in pools if pool < least]
+        if small:
+            n = schema.case_size(case)
+            sized = f" (N = {n:,})" if n is not None else ""
+            raise BenchInputError(
+                f"case {case} needs pools of at least {least:,} blocks{sized}, got {small[0]:,}"
+            )
 
 
 def check_variant_texts(p: BenchParams) -> None:

@@ -31,7 +31,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvqueue import plotstyle, schema
 from kvqueue.ab import ab_analysis
-from kvqueue.ab.ab_tables import HEADLINE_CASES, MANAGER_HEADLINE_CASES, POOL_HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES, subject_cases
 from kvqueue.formatting import ci_header, fmt_pool
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
@@ -514,19 +514,19 @@ FIGURES: dict[str, FigureSpec] = {
     "forest_pool": FigureSpec(
         "Forest plot of vLLM's BlockPool",
         "Forest plot: time reduction in percent with its confidence interval for every "
-        "pool case (vLLM's own benchmark loop at five sizes, and a prefix-caching churn of "
-        "requests) at each pool size, one panel per comparison of pools, one colour per "
+        "pool case (vLLM's own benchmark loop at each size measured, and a prefix-caching "
+        "churn of requests) at each pool size, one panel per comparison of pools, one colour per "
         "interpreter and one marker per host.",
-        lambda data: forest(data, cases=POOL_HEADLINE_CASES),
+        lambda data: forest(data, cases=subject_cases(data, schema.SUBJECT_POOL)),
         ("summary",),
     ),
     "forest_manager": FigureSpec(
         "Forest plot of vLLM's KVCacheManager",
         "Forest plot: time reduction in percent with its confidence interval for every "
-        "manager case (one request of 10 to 1,000 blocks admitted and freed, and one "
+        "manager case (one request of N blocks admitted and freed, each N measured, and one "
         "scheduler step of a serving stream) at each pool size, one panel per comparison "
         "of managers, one colour per interpreter and one marker per host.",
-        lambda data: forest(data, cases=MANAGER_HEADLINE_CASES),
+        lambda data: forest(data, cases=subject_cases(data, schema.SUBJECT_MANAGER)),
         ("summary",),
     ),
     "forest_all": FigureSpec(

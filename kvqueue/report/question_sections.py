@@ -30,7 +30,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.ab import ab_analysis, ab_tables, count_tables
-from kvqueue.ab.ab_tables import CASE_CYCLES, HEADLINE_CASES
+from kvqueue.ab.ab_tables import HEADLINE_CASES, case_cycle
 from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import history_diffs, history_present
 from kvqueue.policy import policy_present
@@ -150,7 +150,7 @@ def _ab_intro(question: Question, shown: list[str], cases: Sequence[str]) -> str
             "(select cases with `make report CASES=...`)."
         )
     if shown:
-        text += " " + "; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in shown) + "."
+        text += " " + "; ".join(f"{c}: {case_cycle(c)}" for c in shown) + "."
     return text
 
 
@@ -218,7 +218,7 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
                 level=3,
                 note=f"Reduction [{ci}] and verdict per host × interpreter, pools side by "
                 "side, as above; `make report CASES=...` selects the cases shown first. "
-                + "; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in others)
+                + "; ".join(f"{c}: {case_cycle(c)}" for c in others)
                 + ".",
                 table=_drop_comparison(ab_tables.headline_grid(data, others)),
                 detail=True,

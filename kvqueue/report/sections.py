@@ -22,13 +22,7 @@ import pandas as pd
 
 from kvqueue import schema
 from kvqueue.ab import ab_tables, count_tables, validation_tables
-from kvqueue.ab.ab_tables import (
-    CASE_CYCLES,
-    CASE_TITLES,
-    HEADLINE_CASES,
-    MANAGER_HEADLINE_CASES,
-    POOL_HEADLINE_CASES,
-)
+from kvqueue.ab.ab_tables import HEADLINE_CASES, case_cycle, case_title
 from kvqueue.formatting import ci_header
 from kvqueue.history import history_present
 from kvqueue.policy import policy_present
@@ -156,7 +150,7 @@ def results_note(data: store.Processed) -> str:
     """What the compact results table shows, and what one cycle of each case is."""
     ci = ci_header(data.settings.confidence)
     present = ab_tables.present_cases(data, "main")
-    cycles = "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in HEADLINE_CASES if c in present)
+    cycles = "; ".join(f"{c}: {case_cycle(c)}" for c in HEADLINE_CASES if c in present)
     text = f"Reduction [{ci}] and verdict per host × interpreter, pools (blocks) side by side."
     return f"{text} {cycles}." if cycles else text
 
@@ -206,12 +200,12 @@ HISTORY_TITLES = {
 }
 
 
-#: The overview's section of each stack subject's timed comparisons: its key, headline
-#: cases, and the note's words before and after the cases.
+#: The overview's section of each stack subject's timed comparisons: its key, and the
+#: note's words before and after the cases (its default cases and any other it measured:
+#: :func:`kvqueue.ab.ab_tables.subject_cases`).
 _STACK_SECTIONS = (
     (
         schema.SUBJECT_POOL,
-        POOL_HEADLINE_CASES,
         "The allocation path as the KV-cache manager drives it: whole `BlockPool`s of each "
         "source (labels `pool:...`; `+queue=` runs a pool with another queue), gated call by "
         "call against the baseline pool. ",
@@ -219,7 +213,6 @@ _STACK_SECTIONS = (
     ),
     (
         schema.SUBJECT_MANAGER,
-        MANAGER_HEADLINE_CASES,
         "What the scheduler calls: whole `KVCacheManager` stacks of each source (labels "
         "`manager:...`; `+queue=`/`+pool=` run a release with another queue or pool), gated "
         "by a scheduler trace against the baseline; its comparisons are never mixed with the "
@@ -406,7 +399,8 @@ def build(data: store.Processed) -> list[Section]:
             detail=True,
         ),
     ]
-    for key, cases, opening, closing in _STACK_SECTIONS:
+    for key, opening, closing in _STACK_SECTIONS:
+        cases = ab_tables.subject_cases(data, key)
         table = ab_tables.summary_table(data, cases)
         if table.empty:
             continue
@@ -415,7 +409,7 @@ def build(data: store.Processed) -> list[Section]:
             Section(
                 key,
                 title,
-                note=opening + "; ".join(f"{c}: {CASE_CYCLES[c]}" for c in cases) + closing,
+                note=opening + "; ".join(f"{c}: {case_cycle(c)}" for c in cases) + closing,
                 table=table,
                 table_label=title.removeprefix("vLLM's ") + " summary",
                 figure=f"forest_{key}",
@@ -490,11 +484,11 @@ def build(data: store.Processed) -> list[Section]:
         out.append(
             Section(
                 f"case-{case}",
-                CASE_TITLES[case],
+                case_title(case),
                 level=3,
                 note=ab_tables.case_note(case, data),
                 table=table,
-                table_label=f"{CASE_TITLES[case]}: {len(table)} rows",
+                table_label=f"{case_title(case)}: {len(table)} rows",
                 fold=True,
                 detail=True,
                 writeup=False,
@@ -514,12 +508,11 @@ def build(data: store.Processed) -> list[Section]:
                 writeup=False,
             )
         )
+    # The queue's other cases (a stack's are all in its own section above).
     others = [
         c
         for c in ab_tables.present_cases(data, "main")
-        if c not in HEADLINE_CASES
-        and c not in POOL_HEADLINE_CASES
-        and c not in MANAGER_HEADLINE_CASES
+        if c not in HEADLINE_CASES and schema.is_case(schema.SUBJECT_QUEUE, c)
     ]
     if others:
         table = ab_tables.results_table(data, others)
@@ -527,7 +520,7 @@ def build(data: store.Processed) -> list[Section]:
             Section(
                 "other-cases",
                 "Other cases",
-                note="; ".join(f"{c}: {CASE_CYCLES.get(c, c)}" for c in others) + ".",
+                note="; ".join(f"{c}: {case_cycle(c)}" for c in others) + ".",
                 table=table,
                 table_label=f"Other cases: {len(table)} rows",
                 figure="forest_all",
@@ -536,7 +529,8 @@ def build(data: store.Processed) -> list[Section]:
                 writeup=False,
             )
         )
-    cells = count_tables.agreement(data.summary, data.count_pairs, list(schema.CASES))
+    queue = [c for c in data.summary["case"].unique() if schema.is_case(schema.SUBJECT_QUEUE, c)]
+    cells = count_tables.agreement(data.summary, data.count_pairs, queue)
     if not cells.empty:
         table = count_tables.agreement_table(cells)
         out.append(

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvqueue import schema
-from kvqueue.ab.ab_tables import HEADLINE_CASES, SUBJECT_HEADLINE_CASES
+from kvqueue.ab import ab_tables
+from kvqueue.ab.ab_tables import HEADLINE_CASES
 from kvqueue.processed import store
 from kvqueue.report import figures, frames, question_sections, questions
 from kvqueue.report.questions import Question
@@ -194,13 +195,14 @@ def _remove_figures(fig_dir: Path) -> None:
 
 
 def question_cases(question: Question, cases: Sequence[str]) -> tuple[str, ...]:
-    """The cases of a question's A/B tables: ``cases`` (``CASES`` of the report), or for a
-    comparison of a stack subject (pools: labels ``pool:``, managers: ``manager:``,
-    :data:`kvqueue.schema.SUBJECT_LABEL_PREFIX`) that subject's cases among them, every
-    case of it by default (a reader sets vLLM's loop at all five sizes beside upstream's
+    """The cases of a question's A/B tables: the queue's among ``cases`` (``CASES`` of the
+    report; none: the headline cases), or for a comparison of a stack subject (pools:
+    labels ``pool:``, managers: ``manager:``, :data:`kvqueue.schema.SUBJECT_LABEL_PREFIX`)
+    that subject's cases among them, every case of it by default: its defaults and any
+    other N measured (a reader sets vLLM's loop at all five sizes beside upstream's
     numbers, a manager's sweeps beside vLLM PR #21005's claim)."""
     subject = question.subject
+    chosen = tuple(c for c in cases if schema.is_case(subject, c))
     if subject == schema.SUBJECT_QUEUE:
-        return tuple(cases)
-    chosen = tuple(c for c in cases if c in schema.SUBJECT_CASES[subject])
-    return chosen or SUBJECT_HEADLINE_CASES[subject]
+        return chosen or HEADLINE_CASES
+    return chosen or tuple(ab_tables.subject_cases(question.data, subject))

@@ -73,7 +73,7 @@ ADAPTED_METHODS = {"popleft_n": "popleft-loop", "append_n": "popleft-loop"}
 #: ``append()`` per block, as vLLM's ``BlockPool`` drove the queue before 0.10.0.
 ADAPTER_POPLEFT_LOOP = "popleft-loop"
 #: Methods a variant may lack (no adapter): the gate skips their checks, and no timed
-#: case uses them (``cases.CASE_METHODS``).
+#: case uses them (``queue_cases.case_methods``).
 OPTIONAL_METHODS = ("prepend_n", "iter_blocks_after")
 #: Link structures: sentinel blocks (vLLM 0.10.0 on) or head/tail attributes (before).
 STRUCTURE_SENTINELS = "sentinels"

@@ -193,11 +193,7 @@ SWAP_MARKS = ("+queue=", "+pool=")
 def case_blocks(case: str) -> int | None:
     """Blocks one operation of a case allocates and frees, where that is fixed: N of the
     manager's ``sweepN`` and of the pool's ``loopN`` (None for any other case)."""
-    for prefix in ("sweep", "loop"):
-        digits = case[len(prefix) :]
-        if case.startswith(prefix) and digits.isdigit():
-            return int(digits)
-    return None
+    return schema.case_size(case, "sweep") or schema.case_size(case, "loop")
 
 
 def swap_shares(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The timed workloads of the manager subject: vLLM's ``KVCacheManager`` driven in the
 scheduler's order of calls, one *operation* per case, and the loop that times it.
 
-- ``sweepN`` (N in 10, 30, 100, 300, 1000; any N ≥ 1 is accepted): one request of N full
+- ``sweepN`` (N in 10, 30, 100, 300, 1000; any N ≥ 1 is accepted, parsed by
+  :func:`kvqueue.schema.case_size`): one request of N full
   blocks (``16 N`` tokens) that hits nothing, admitted and finished: the release's own
   ``Request`` built (from 0.10.1 on it hashes its blocks there), ``get_computed_blocks``
   (a miss; 0.9/0.10 hash here), ``allocate_slots`` of every token, ``free`` (and
@@ -57,15 +58,12 @@ CALLS = schema.MANAGER_CALLS
 
 def sweep_size(case: str) -> int | None:
     """N of ``sweepN`` (any N ≥ 1), or None for another case."""
-    digits = case[len("sweep") :]
-    if case.startswith("sweep") and digits.isdigit() and int(digits) >= 1 and digits[0] != "0":
-        return int(digits)
-    return None
+    return schema.case_size(case, "sweep")
 
 
 def is_case(case: str) -> bool:
-    """Whether ``case`` is a manager case."""
-    return case == "stream" or sweep_size(case) is not None
+    """Whether ``case`` is a manager case (``sweepN`` of any N ≥ 1, or ``stream``)."""
+    return schema.is_case(schema.SUBJECT_MANAGER, case)
 
 
 def ops_per_loop(case: str, pool: int) -> int:

@@ -1,7 +1,8 @@
 """The timed workloads of the pool subject: vLLM's ``BlockPool`` as the KV-cache manager
 drives it, one *operation* per case, and the loop that times it.
 
-- ``loopN`` (N in 10, 50, 100, 500, 1000): vLLM's own benchmark loop
+- ``loopN`` (N in 10, 50, 100, 500, 1000 by default; any N >= 1, parsed by
+  :func:`kvqueue.schema.case_size`): vLLM's own benchmark loop
   (``benchmarks/kv_cache/benchmark_block_pool.py``): ``get_new_blocks(N)`` then
   ``free_blocks`` of those blocks; one operation is one round (both calls), so a reader
   can set the figure beside the sum of upstream's two per-call times. Upstream times
@@ -40,8 +41,6 @@ from kvqueue import schema
 from kvqueue.subjects.pool_api import PoolAPI, PoolRequest, no_hash_fn
 from kvqueue.subjects.queue_cases import Runner, private_code
 
-#: Blocks per round of each ``loopN`` case: the sizes of vLLM's own benchmark loop.
-LOOP_SIZES = {c: int(c[len("loop") :]) for c in schema.POOL_CASES if c.startswith("loop")}
 #: Tokens per block (vLLM's default ``block_size``).
 BLOCK_SIZE = 16
 #: Live requests of the churn workload, and the range of a request's blocks: at most
@@ -55,6 +54,16 @@ FAMILY_SIZE = 16
 HASHES_PER_BLOCK = 2
 
 
+def loop_size(case: str) -> int | None:
+    """N of ``loopN`` (any N >= 1), or None for another case."""
+    return schema.case_size(case, "loop")
+
+
+def is_case(case: str) -> bool:
+    """Whether ``case`` is a pool case (``loopN`` of any N >= 1, or ``churn``)."""
+    return schema.is_case(schema.SUBJECT_POOL, case)
+
+
 def ops_per_loop(case: str, pool: int) -> int:
     """Operations per loop iteration: one round of ``loopN``, one request of ``churn``."""
     return 1
@@ -64,22 +73,25 @@ def warmup_ops(case: str) -> int:
     """Operations a counted cell is warmed up by (the queue's 2,000 would be 2 million
     block allocations of ``loop1000``): enough executions of every call for CPython to
     specialize them, at least 20."""
-    return max(20, 2_000 // LOOP_SIZES[case]) if case in LOOP_SIZES else 50
+    n = loop_size(case)
+    return max(20, 2_000 // n) if n is not None else 50
 
 
 def target_ops(case: str) -> int:
     """Operations a counted target run adds: about as many blocks allocated as the
     queue's 20,000 operations of ``alloc1`` pop (40,000 for ``loopN``, at least 40
     rounds), 400 requests of ``churn``."""
-    return max(40, 40_000 // LOOP_SIZES[case]) if case in LOOP_SIZES else 400
+    n = loop_size(case)
+    return max(40, 40_000 // n) if n is not None else 400
 
 
 def smallest_pool(case: str) -> int:
     """The fewest blocks ``case`` runs on: ``loopN`` allocates N blocks (the null block
     is one more); ``churn`` holds up to ``CONCURRENCY * MAX_BLOCKS`` and admits one more
     request before it frees one."""
-    if case in LOOP_SIZES:
-        return LOOP_SIZES[case] + 1
+    n = loop_size(case)
+    if n is not None:
+        return n + 1
     return (CONCURRENCY + 1) * MAX_BLOCKS + 1
 
 
@@ -227,7 +239,7 @@ def make_runner(case: str, api: PoolAPI, pool: Any, seed: int) -> Runner:
     Parameters
     ----------
     case
-        One of :data:`kvqueue.schema.POOL_CASES`.
+        ``loopN`` (N >= 1) or ``churn`` (:func:`is_case`).
     api
         How to call the pool's release (:func:`kvqueue.subjects.pool_api.pool_api`).
     pool
@@ -243,8 +255,9 @@ def make_runner(case: str, api: PoolAPI, pool: Any, seed: int) -> Runner:
     size = len(pool.blocks)
     if size < smallest_pool(case):
         raise ValueError(f"case {case} needs a pool of at least {smallest_pool(case):,} blocks")
-    if case in LOOP_SIZES:
-        run = _loop(pool, LOOP_SIZES[case])
+    n = loop_size(case)
+    if n is not None:
+        run = _loop(pool, n)
     elif case == "churn":
         run = _churn(api, pool, churn_script(size, seed))
     else:
