@@ -558,12 +558,6 @@ def _version_order(label: str) -> tuple:
     return version_key(label.split("==", 1)[-1])
 
 
-def _case_order(case: str) -> tuple[str, int]:
-    """Cases of one family by their N (``sweep10`` before ``sweep100``), then by name."""
-    digits = case.lstrip("abcdefghijklmnopqrstuvwxyz")
-    return (case[: len(case) - len(digits)], int(digits) if digits.isdigit() else -1)
-
-
 def count_version_table(counts: pd.DataFrame, blocks: Mapping[str, int]) -> pd.DataFrame:
     """Each counted version's instructions per operation, oldest first: one column per
     case and pool, and per block for the cases of ``blocks`` (case -> blocks one
@@ -579,7 +573,7 @@ def count_version_table(counts: pd.DataFrame, blocks: Mapping[str, int]) -> pd.D
     rows = []
     for (host, python, label), grp in counts.groupby(["host", "interpreter", "label"], sort=False):
         row: dict[str, object] = {"Host": host, "Interpreter": python, "Version": label}
-        for r in sorted(grp.itertuples(), key=lambda r: (_case_order(r.case), r.pool)):
+        for r in sorted(grp.itertuples(), key=lambda r: (schema.case_key(r.case), r.pool)):
             where = f"{r.case} / {int(r.pool):,}"
             row[f"{where}: instr/op"] = f"{float(r.instructions):,.0f}"
             if r.case in blocks:
@@ -602,7 +596,7 @@ def count_version_line(counts: pd.DataFrame, blocks: Mapping[str, int]) -> str:
     if counts.empty:
         return ""
     parts = []
-    cases = sorted(counts["case"].unique(), key=_case_order)
+    cases = sorted(counts["case"].unique(), key=schema.case_key)
     for case in cases:
         grp = counts[counts["case"] == case]
         per = blocks.get(case, 1)
