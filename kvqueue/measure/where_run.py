@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvqueue import schema
+from kvqueue.errors import BenchError
 from kvqueue.measure import cachegrind, cost_files, function_profile
 from kvqueue.stats import cost_moves, count_figures
 
@@ -196,13 +197,18 @@ def where_cells(
     lines = line_profiles(python, base_spec, cells, progress=progress)
     if trampoline is None:
         trampoline = function_profile.trampoline_available(python)
-    profiles = (
-        function_profile.profile_cells(
-            python, base_spec, cells, valgrind=valgrind, progress=progress
-        )
-        if trampoline
-        else {}
-    )
+    profiles: dict[Cell, function_profile.Profile] = {}
+    if trampoline:
+        try:
+            profiles = function_profile.profile_cells(
+                python, base_spec, cells, valgrind=valgrind, progress=progress
+            )
+        except BenchError as exc:
+            # The C functions and lines stand without it; the functions read in bytecodes.
+            print(
+                f"Python functions not profiled in instructions: {exc}",
+                file=progress or sys.stderr,
+            )
     return {
         cell: variant_where(
             instructions.get(cell, float("nan")),
