@@ -692,3 +692,39 @@ def test_the_trampoline_profile_gives_instructions_per_python_function() -> None
     # The case's runner calls popleft_n and append_n: its own cost is far below its
     # inclusive one.
     assert runner and runner[0].exclusive < 0.5 * runner[0].inclusive
+
+
+def test_a_counts_only_writeup_folds_where_the_instructions_moved(tmp_path: Path) -> None:
+    """The committed counts run of a counts-only pair, with count_where rows made up for
+    its alloc2 cell: the pair's writeup carries the folded section, diff first."""
+    import dataclasses
+
+    from kvqueue.params.report_params import ReportSettings
+    from kvqueue.report import processed_build, questions, writeup
+
+    run = "20261201T180338Z-counts-cp311-ce4b"
+    settings = ReportSettings(resamples=2000, runs=(run,))
+    data = processed_build.build(REPO / "data" / "raw", tmp_path / "processed", settings)
+    assert data.count_where.empty  # committed before where.csv existed
+    pair = ("vllm==0.32.0", "vllm==0.31.0")
+    rows = data.count_pairs[
+        (data.count_pairs["candidate"] == pair[0]) & (data.count_pairs["baseline"] == pair[1])
+    ]
+    top = rows.loc[rows["instr_reduction"].abs().idxmax()]
+    where, _ = _processed_where(BASE_TEXT, HEAD_TEXT, tmp_path)
+    where = where.assign(
+        host=top["host"],
+        interpreter=top["interpreter"],
+        run_id=run,
+        case=top["case"],
+        pool=int(top["pool"]),
+        label=where["label"].map({"base": pair[1], "head": pair[0]}),
+    )
+    data = dataclasses.replace(data, count_where=where)
+    (question,) = [q for q in questions.find(data) if q.pair == pair]
+    text = writeup.question_writeup(question)
+    summary = "<details><summary><b>Where the instructions moved: the diff measured"
+    assert summary in text
+    folded = text[text.index(summary) :]
+    assert folded.index("```diff") < folded.index("head executes") < folded.index("| C function |")
+    assert "| `list_append` |" in folded
