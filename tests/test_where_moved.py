@@ -12,8 +12,10 @@ the project's venv) and profile it with the perf trampoline (CPython >= 3.12).
 
 from __future__ import annotations
 
+import ast
 import difflib
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -368,11 +370,11 @@ def test_the_sentence_names_the_changed_lines_and_the_c_functions_that_rose() ->
     ) in text
     md = where_text.markdown([moves])
     assert md.startswith("### Where the instructions moved\n")
-    assert "<details><summary>alloc8 (pool 2,048): where the instructions moved</summary>" in md
+    summary = "<details><summary>alloc8 (pool 2,048): C functions, Python functions and lines"
+    assert summary in md and md.count("exact in bytecodes") == 1  # the method once
     assert "| `list_append` | – | 30.8 | +30.8 |" in md
     assert (
-        "| + |  | 25 | `append(x)` | – | 48.0 | +48.0 | "
-        "– → PRECALL_NO_KW_BUILTIN_O, CALL_ADAPTIVE |"
+        "| + |  | 25 | `append(x)` | – | 48.0 | +48.0 | PRECALL_NO_KW_BUILTIN_O, CALL_ADAPTIVE |"
     ) in md
     assert "bytecodes/op" in md and "exact in bytecodes" in md
     plain = where_text.plain(moves, "base", "head")
@@ -728,3 +730,49 @@ def test_a_counts_only_writeup_folds_where_the_instructions_moved(tmp_path: Path
     folded = text[text.index(summary) :]
     assert folded.index("```diff") < folded.index("head executes") < folded.index("| C function |")
     assert "| `list_append` |" in folded
+
+
+_SNIPPET = """
+import sys
+sys.path.insert(0, {repo!r})
+from kvqueue.measure import profiled_worker
+ns = {{}}
+exec(compile("def f(n):\\n    s = 0\\n    for i in range(n):\\n        s += i\\n    return s\\n",
+             "<m>", "exec"), ns)
+for _ in range(200):
+    ns["f"](3)  # warm: specialised before it is counted, as in a profiled process
+got = profiled_worker.count_bytecodes(lambda: ns["f"](3), {{"<m>"}})
+print(sorted((line, n) for (_c, line), n in got.items()))
+"""
+
+
+def _interpreter(version: str) -> str | None:
+    """A CPython ``version`` binary: pyenv's, the system's, or this one."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return sys.executable
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = [
+        *sorted(root.glob(f"{version}.*/bin/python{version}")),
+        Path(f"/usr/bin/python{version}"),
+    ]
+    return next((str(p) for p in found if p.is_file()), None)
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+def test_bytecodes_are_counted_on_every_interpreter(version: str) -> None:
+    """settrace opcode events before 3.12, sys.monitoring from 3.12 (where opcode events
+    asked for in a warm frame's call event never came)."""
+    python = _interpreter(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} here")
+    proc = subprocess.run(
+        [python, "-S", "-c", _SNIPPET.format(repo=str(REPO))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = dict(ast.literal_eval(proc.stdout))
+    assert set(got) == {2, 3, 4, 5}
+    # s = 0 and return s once; the loop's body three times.
+    assert got[2] == got[5] == 2 and got[4] >= 3 * 4

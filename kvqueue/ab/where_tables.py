@@ -205,4 +205,5 @@ def writeup_note(where: pd.DataFrame, pairs: pd.DataFrame, candidate: str, basel
             where_text.details(moves),
             "",
         ]
+    out.append("How to read the tables: " + where_text.method_note([f[1] for f in found]))
     return "\n".join(out).rstrip()

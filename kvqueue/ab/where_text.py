@@ -24,24 +24,42 @@ SENTENCE_C = 5
 TEXT_WIDTH = 48
 
 C_NOTE = (
-    "C functions of the interpreter: instructions per operation, exact (cachegrind's "
+    "**C functions** of the interpreter: instructions per operation, exact (cachegrind's "
     "per-function counts of the counted target run minus its zero run, over the "
-    "operations); Δ = head − base."
+    "operations); Δ = head − base (+: more in head)."
 )
 BYTECODE_NOTE = (
-    "counted in bytecodes, not instructions: one extra process per variant traced the "
-    "same loops with `sys.settrace` opcode events (exact in bytecodes; a specialised call "
-    "and a generic one are one bytecode each, so the instructions behind a line show in "
-    "the C functions and in the specialised instructions, read with "
+    "in bytecodes per operation, not instructions: one more process per variant traced "
+    "the same loops with `sys.settrace` opcode events (exact in bytecodes; a specialised "
+    "call and a generic one are one bytecode each, so what a line costs shows in the C "
+    "functions and in its specialised instructions, read with "
     "`dis.get_instructions(adaptive=True)` after the loops ran untraced)"
 )
 TRAMPOLINE_NOTE = (
-    "exclusive instructions per operation (the instructions run while the function was "
-    "the innermost Python frame, the C work it caused included), one extra process per "
-    "variant under callgrind with CPython's perf trampoline; with the trampoline active "
-    "CPython stops inlining Python-to-Python calls, so these figures are higher than the "
-    "counts above by the calls' own overhead"
+    "in exclusive instructions per operation (those run while the function was the "
+    "innermost Python frame, the C work it caused included): one more process per variant "
+    "under callgrind with CPython's perf trampoline; with the trampoline active CPython "
+    "stops inlining Python-to-Python calls, so these figures are higher than the counts "
+    "by the calls' own overhead"
 )
+
+
+def method_note(moves: Sequence[CellMoves]) -> str:
+    """How to read the tables of every cell (one paragraph, Markdown)."""
+    lines = (
+        "**lines** of that code aligned by the diff of base and head (`-`: base only, `+`: "
+        "head only)"
+    )
+    if any(m.function_unit == cost_moves.INSTRUCTIONS for m in moves if m.functions):
+        return (
+            f"{C_NOTE} **Python functions** of the variants' own code, {TRAMPOLINE_NOTE} "
+            "(else their lines' bytecodes, where a variant was not profiled so). The "
+            f"{lines}, {BYTECODE_NOTE}."
+        )
+    return (
+        f"{C_NOTE} **Python functions** of the variants' own code (their lines summed) and "
+        f"the {lines}, {BYTECODE_NOTE}."
+    )
 
 
 def _num(x: float) -> str:
@@ -156,6 +174,15 @@ def _zero(x: float) -> float:
     return 0.0 if x != x else x
 
 
+def _special(r: LineRow, arrow: str, sep: str) -> str:
+    """A line's specialised instructions: once when base and head run the same ones,
+    ``base → head`` when they differ ('' when there are none)."""
+    b, h = r.base_specialised, r.head_specialised
+    if b == h or (r.tag == cost_moves.REMOVED and not h) or (r.tag == cost_moves.ADDED and not b):
+        return sep.join(b or h)
+    return arrow.join(sep.join(x) or "–" for x in (b, h))
+
+
 def c_table(m: CellMoves) -> list[str]:
     """The C functions that moved most, as Markdown table lines."""
     lines = ["| C function | base | head | Δ |", "|---|---:|---:|---:|"]
@@ -190,9 +217,7 @@ def line_table(m: CellMoves) -> list[str]:
     lines = [head, rule]
     for r in m.lines:
         tag = {cost_moves.SAME: "", cost_moves.UNALIGNED: "?"}.get(r.tag, r.tag)
-        special = " → ".join(", ".join(s) or "–" for s in (r.base_specialised, r.head_specialised))
-        if not (r.base_specialised or r.head_specialised):
-            special = ""
+        special = _special(r, " → ", ", ")
         code = _code(r.text) if r.text else (f"`{r.qualname}`" if r.qualname else "")
         lines.append(
             f"| {tag} | "
@@ -205,41 +230,35 @@ def line_table(m: CellMoves) -> list[str]:
 
 
 def details(m: CellMoves, *, summary: str | None = None) -> str:
-    """The cell's tables in one ``<details>`` block (Markdown)."""
-    parts = [
-        f"<details><summary>{summary or _cell(m) + ': where the instructions moved'}</summary>",
-        "",
-        C_NOTE,
-        "",
-        *c_table(m),
-    ]
+    """The cell's tables in one ``<details>`` block (Markdown; read with
+    :func:`method_note`)."""
+    label = summary or f"{_cell(m)}: C functions, Python functions and lines"
+    parts = [f"<details><summary>{label}</summary>", "", *c_table(m)]
     if m.functions:
-        how = TRAMPOLINE_NOTE if m.function_unit == cost_moves.INSTRUCTIONS else BYTECODE_NOTE
-        parts += ["", f"Python functions of the variants' own code, {how}.", "", *function_table(m)]
+        parts += ["", *function_table(m)]
     if m.lines:
-        note = (
-            "Lines of the variants' own code aligned by the diff of base and head (`-`: "
-            "base only, `+`: head only), bytecodes per operation, " + BYTECODE_NOTE + "."
-        )
+        notes = []
         if m.unaligned:
-            note += (
-                " Not aligned (a text not found here), by line number only: "
+            notes.append(
+                "Not aligned (a text not found here), by line number only: "
                 + ", ".join(f"`{p}`" for p in m.unaligned)
                 + "."
             )
         if m.lines_left_out:
-            note += f" {m.lines_left_out} other executed lines that did not move are left out."
-        parts += ["", note, "", *line_table(m)]
+            notes.append(f"{m.lines_left_out} other executed lines that did not move are left out.")
+        parts += ["", *line_table(m)]
+        if notes:
+            parts += ["", " ".join(notes)]
     parts += ["", "</details>"]
     return "\n".join(parts)
 
 
 def markdown(moves: Sequence[CellMoves], heading: str = "### Where the instructions moved") -> str:
-    """The section of ``make regress``'s Markdown: a sentence per cell, the tables
-    folded ('' without cells)."""
+    """The section of ``make regress``'s Markdown: how to read it, then a sentence per
+    cell and its tables folded ('' without cells)."""
     if not moves:
         return ""
-    out = [heading, ""]
+    out = [heading, "", method_note(moves), ""]
     for m in moves:
         out += [sentence(m), "", details(m), ""]
     return "\n".join(out).rstrip() + "\n"
@@ -262,9 +281,7 @@ def plain(m: CellMoves, base: str, head: str) -> str:
         out.append("  lines of the diff and lines that moved (bytecodes/op):")
         lfmt = "    {:1} {:>5} {:>5}  {:<48} {:>8} {:>8}  {}"
         for r in shown:
-            special = " -> ".join(
-                ",".join(s) or "-" for s in (r.base_specialised, r.head_specialised)
-            )
+            special = _special(r, " -> ", ",")
             out.append(
                 lfmt.format(
                     r.tag.strip(),
@@ -273,7 +290,7 @@ def plain(m: CellMoves, base: str, head: str) -> str:
                     _clip(r.text or r.qualname),
                     _num(r.base),
                     _num(r.head),
-                    special if (r.base_specialised or r.head_specialised) else "",
+                    special,
                 )
             )
     return "\n".join(out)

@@ -8,11 +8,12 @@ plus ``profile``: ``{"mode": ..., "out": PATH}``. The process builds the same la
 - mode ``lines`` (no valgrind): runs the target loops once untraced (so the code is
   specialised as at the end of a counted target run), records each measured line's
   specialised instructions (``dis.get_instructions(adaptive=True)``, CPython >= 3.11),
-  then runs the loops again under ``sys.settrace`` with ``frame.f_trace_opcodes`` set
-  on the code objects of the variant's own files, counting the bytecodes executed per
-  (code object, line). Exact in *bytecodes*, not in instructions (a bytecode of a
-  specialised call and one of a generic call cost very different numbers of
-  instructions); a traced bytecode is counted in its generic form.
+  then runs the loops again counting the bytecodes executed per (code object, line) of
+  the variant's own files (:func:`count_bytecodes`: ``sys.monitoring`` INSTRUCTION
+  events on CPython >= 3.12, ``sys.settrace`` opcode events before). Exact in
+  *bytecodes*, not in instructions (a bytecode of a specialised call and one of a generic
+  call cost very different numbers of instructions); a traced bytecode is counted in
+  its generic form.
 - mode ``trampoline`` (under ``valgrind --tool=callgrind``, CPython >= 3.12): activates
   ``sys.activate_stack_trampoline("perf")`` before anything is built, and calls
   ``os.getppid()`` right before and right after the target loops, so that callgrind's
@@ -164,8 +165,14 @@ def count_bytecodes(
 ) -> dict[tuple[types.CodeType, int], int]:
     """Bytecodes executed per (code object, line) of ``files`` while ``run()`` runs.
 
-    ``sys.settrace`` with ``frame.f_trace_opcodes`` on the frames of those files only
-    (every other frame gets no local trace function)."""
+    CPython >= 3.12: ``sys.monitoring`` INSTRUCTION events, set on the code objects of
+    those files alone (:func:`_codes`). Before: ``sys.settrace`` with
+    ``frame.f_trace_opcodes`` set on the frames of those files only (on 3.12 a frame
+    whose opcode events are asked for in its call event got none once its code had
+    run: monitoring is the one reliable way there)."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        return _count_monitored(run, list(_codes(files)), monitoring)
     counts: dict[tuple[int, int], int] = {}
     codes: dict[int, types.CodeType] = {}
 
@@ -189,6 +196,40 @@ def count_bytecodes(
     finally:
         sys.settrace(None)
     return {(codes[c], line): n for (c, line), n in counts.items()}
+
+
+def _count_monitored(
+    run: Callable[[], object], codes: list[types.CodeType], monitoring: Any
+) -> dict[tuple[types.CodeType, int], int]:
+    """:func:`count_bytecodes` with ``sys.monitoring`` (CPython >= 3.12): an INSTRUCTION
+    event per bytecode of ``codes``, counted per (code, offset), then per line."""
+    tool = next(t for t in range(6) if monitoring.get_tool(t) is None)
+    monitoring.use_tool_id(tool, "kvqueue-bytecodes")
+    counts: dict[tuple[int, int], int] = {}
+
+    def on_instruction(code: types.CodeType, offset: int) -> None:
+        key = (id(code), offset)
+        counts[key] = counts.get(key, 0) + 1
+
+    event = monitoring.events.INSTRUCTION
+    monitoring.register_callback(tool, event, on_instruction)
+    try:
+        for code in codes:
+            monitoring.set_local_events(tool, code, event)
+        run()
+    finally:
+        for code in codes:
+            monitoring.set_local_events(tool, code, 0)
+        monitoring.register_callback(tool, event, None)
+        monitoring.free_tool_id(tool)
+    out: dict[tuple[types.CodeType, int], int] = {}
+    for code in codes:
+        lines = [(start, end, line) for start, end, line in code.co_lines() if line is not None]
+        for start, end, line in lines:
+            n = sum(counts.get((id(code), offset), 0) for offset in range(start, end, 2))
+            if n:
+                out[(code, line)] = out.get((code, line), 0) + n
+    return out
 
 
 def run_profiled(spec: dict[str, Any]) -> None:
