@@ -660,11 +660,14 @@ def test_regress_on_the_demo_names_the_changed_lines_and_a_c_function_that_rose(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_valgrind(), reason="valgrind not installed")
-def test_the_trampoline_profile_gives_instructions_per_python_function() -> None:
-    python = shutil.which("python3.12") or shutil.which("python3.13")
+def test_the_trampoline_profile_gives_instructions_per_python_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    python = _interpreter("3.12") or _interpreter("3.13")
     if python is None or not function_profile.trampoline_available(python):
         pytest.skip("no CPython >= 3.12 with the perf trampoline here")
-    from kvqueue.measure import cachegrind
+    from kvqueue.measure import cachegrind, machine_lock
+    from kvqueue.params.lock_params import WAIT_ENV
 
     spec = {
         "sources": [str(BASE), str(HEAD)],
@@ -680,7 +683,12 @@ def test_the_trampoline_profile_gives_instructions_per_python_function() -> None
         "case_seed": 1,
     }
     cells = [("base", "alloc8", 2048), ("head", "alloc8", 2048)]
-    found = function_profile.profile_cells(python, spec, cells, valgrind=cachegrind.find_valgrind())
+    # Behind any bench of this machine, as make regress would be (WAIT=1).
+    monkeypatch.setenv(WAIT_ENV, "1")
+    with machine_lock.hold("pytest: a trampoline profile"):
+        found = function_profile.profile_cells(
+            python, spec, cells, valgrind=cachegrind.find_valgrind()
+        )
     base, head = (found[c].by_part()[("queue", "FreeKVCacheBlockQueue.popleft_n")] for c in cells)
     # One popleft_n(8) per operation; it calls no Python function, so inclusive = exclusive.
     assert base.calls == pytest.approx(1.0) and head.calls == pytest.approx(1.0)
@@ -776,3 +784,38 @@ def test_bytecodes_are_counted_on_every_interpreter(version: str) -> None:
     assert set(got) == {2, 3, 4, 5}
     # s = 0 and return s once; the loop's body three times.
     assert got[2] == got[5] == 2 and got[4] >= 3 * 4
+
+
+def test_regress_traces_the_cells_beyond_their_threshold_else_the_largest() -> None:
+    from kvqueue.ab import regression_check as rc
+
+    def cell(case: str, reduction: float, verdict: str) -> rc.CellVerdict:
+        return rc.CellVerdict(case, 2048, 100.0, 100.0, reduction, 1.0, False, verdict)
+
+    cells = [
+        cell("alloc1", -0.2, rc.OK),
+        cell("alloc2", -9.9, rc.REGRESSED),
+        cell("alloc8", -8.0, rc.REGRESSED),
+        cell("mix", 12.0, rc.IMPROVED),
+        cell("remove", -2.0, rc.REGRESSED),
+    ]
+    assert [c.case for c in rc.where_cells(cells)] == ["mix", "alloc2", "alloc8"]
+    quiet = [cell("alloc1", -0.2, rc.OK), cell("mix", 0.5, rc.OK)]
+    assert [c.case for c in rc.where_cells(quiet)] == ["mix"]
+    assert rc.where_cells([]) == []
+
+
+def test_quick_traces_each_candidates_cell_that_moved_most() -> None:
+    from kvqueue.ab import quick_loop
+
+    def row(case: str, cand: str, pct: float) -> dict[str, object]:
+        return {
+            "case": case,
+            "pool": 2048,
+            "candidate": cand,
+            "baseline": "b",
+            "reduction_pct": pct,
+        }
+
+    table = [row("alloc1", "x", -1.0), row("alloc8", "x", 3.0), row("alloc1", "y", -0.5)]
+    assert quick_loop.where_cells(table) == [("alloc8", 2048, "b", "x"), ("alloc1", 2048, "b", "y")]

@@ -30,7 +30,8 @@ C_NOTE = (
 )
 BYTECODE_NOTE = (
     "in bytecodes per operation, not instructions: one more process per variant traced "
-    "the same loops with `sys.settrace` opcode events (exact in bytecodes; a specialised "
+    "the same loops (`sys.monitoring` INSTRUCTION events on CPython >= 3.12, "
+    "`sys.settrace` opcode events before; exact in bytecodes; a specialised "
     "call and a generic one are one bytecode each, so what a line costs shows in the C "
     "functions and in its specialised instructions, read with "
     "`dis.get_instructions(adaptive=True)` after the loops ran untraced)"

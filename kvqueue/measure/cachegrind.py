@@ -363,6 +363,16 @@ def kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
+def project_path(path: str, root: Path) -> str:
+    """A file name as a counted process saw it, with the temp folder it ran in
+    (:func:`counting_root`, which holds a copy of the package) replaced by the project's
+    own folder: the name of the same file once the count is over."""
+    prefix = f"{root}/"
+    if path.startswith(prefix):
+        return str(hostinfo.PROJECT_DIR / path[len(prefix) :])
+    return path
+
+
 def default_jobs() -> int:
     """Counted processes at once by default: the CPUs this process may use (counts do
     not depend on load, so they may share the machine)."""

@@ -292,11 +292,24 @@ def _read_profile(path: Path) -> Profile:
                 f"callgrind made {len(dumps)} dumps at {MARKER}() (2 or more expected): "
                 "the loops cannot be told from the set-up"
             )
-        return profile_from_files(
+        profile = profile_from_files(
             dumps[-1].read_text(encoding="utf-8"),
             map_path.read_text(encoding="utf-8"),
             {p["where"]: p["part"] for p in record["parts"]},
             int(record["ops"]),
+        )
+        # The package's files as the project's own (the process ran a copy in root).
+        root = path.parent.parent
+
+        def mine(file: str) -> str:
+            return cachegrind.project_path(file, root)
+
+        return Profile(
+            python={(mine(f), q): cost for (f, q), cost in profile.python.items()},
+            c=profile.c,
+            parts={mine(f): part for f, part in profile.parts.items()},
+            total=profile.total,
+            ops=profile.ops,
         )
     except OSError as exc:
         raise BenchError(f"profile of {path.name}: {exc}") from None

@@ -110,7 +110,11 @@ def line_profiles(
 
     def finish(cell: Cell, root: Path) -> None:
         path = root / "out" / f"lines.{todo.index(cell)}.json"
-        found[cell] = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for part in record["parts"]:
+            # Our own queue was read from the package's copy in ``root``.
+            part["where"] = cachegrind.project_path(part["where"], root)
+        found[cell] = record
         path.unlink()
         print(
             f"lines {len(found)}/{len(todo)}: {cell[0]} {cell[1]}/{cell[2]} (bytecodes, traced)",
