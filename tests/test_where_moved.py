@@ -326,6 +326,23 @@ def test_lines_are_aligned_by_the_diff_with_their_own_numbers() -> None:
     assert by_text["append(x)"].head_specialised == ("PRECALL_NO_KW_BUILTIN_O", "CALL_ADAPTIVE")
 
 
+def test_lines_of_the_diff_that_never_ran_are_counted_not_shown() -> None:
+    base, head = _pair()
+    text = HEAD_TEXT.replace(
+        "        return ret\n",
+        "        if n < 0:\n            raise ValueError\n        return ret\n",
+    )
+    # ``return ret`` moves from line 26 to 28; the two new lines never run.
+    lines = {(p, q, 28 if line == 26 else line): v for (p, q, line), v in head.lines.items()}
+    head = cost_moves.VariantWhere(
+        head.instructions, head.c, lines, head.specialised, [cost_moves.Part("queue", 20, text)]
+    )
+    moves = cost_moves.compare("alloc8", 2048, base, head)
+    assert moves.diff_not_run == 2
+    assert "raise ValueError" not in {r.text for r in moves.lines}
+    assert "2 lines of the diff never ran in these loops." in where_text.details(moves)
+
+
 def test_a_part_without_text_is_listed_by_line_number() -> None:
     base, head = _pair()
     head = cost_moves.VariantWhere(

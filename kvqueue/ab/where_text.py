@@ -237,19 +237,21 @@ def details(m: CellMoves, *, summary: str | None = None) -> str:
     parts = [f"<details><summary>{label}</summary>", "", *c_table(m)]
     if m.functions:
         parts += ["", *function_table(m)]
+    notes = []
+    if m.unaligned:
+        notes.append(
+            "Not aligned (a text not found here), by line number only: "
+            + ", ".join(f"`{p}`" for p in m.unaligned)
+            + "."
+        )
+    if m.lines_left_out:
+        notes.append(f"{m.lines_left_out} other executed lines that did not move are left out.")
+    if m.diff_not_run:
+        notes.append(f"{m.diff_not_run} lines of the diff never ran in these loops.")
     if m.lines:
-        notes = []
-        if m.unaligned:
-            notes.append(
-                "Not aligned (a text not found here), by line number only: "
-                + ", ".join(f"`{p}`" for p in m.unaligned)
-                + "."
-            )
-        if m.lines_left_out:
-            notes.append(f"{m.lines_left_out} other executed lines that did not move are left out.")
         parts += ["", *line_table(m)]
-        if notes:
-            parts += ["", " ".join(notes)]
+    if notes:
+        parts += ["", " ".join(notes)]
     parts += ["", "</details>"]
     return "\n".join(parts)
 
@@ -268,10 +270,10 @@ def markdown(moves: Sequence[CellMoves], heading: str = "### Where the instructi
 def plain(m: CellMoves, base: str, head: str) -> str:
     """The cell as plain text for a terminal (``make quick METRIC=instructions``)."""
     out = [f"where {head} vs {base}, {sentence(m)}", "  C functions (instructions/op):"]
-    fmt = "    {:<40} {:>10} {:>10} {:>9}"
+    fmt = "    {:<48} {:>10} {:>10} {:>9}"
     out.append(fmt.format("function", "base", "head", "delta"))
     for c in m.c:
-        out.append(fmt.format(_clip(c.name, 40), _num(c.base), _num(c.head), _signed(c.delta)))
+        out.append(fmt.format(_clip(c.name, 48), _num(c.base), _num(c.head), _signed(c.delta)))
     if m.functions:
         unit = "instructions" if m.function_unit == cost_moves.INSTRUCTIONS else "bytecodes"
         out.append(f"  Python functions ({unit}/op):")

@@ -160,6 +160,8 @@ class CellMoves:
     function_unit: str
     lines: tuple[LineRow, ...]
     lines_left_out: int
+    #: Lines of the diff that neither variant ran in these loops (not shown).
+    diff_not_run: int = 0
     #: Parts whose lines could not be aligned (a text unknown): shown by number only.
     unaligned: tuple[str, ...] = ()
 
@@ -315,22 +317,24 @@ def _unaligned_rows(
     return rows
 
 
-def _shown_lines(rows: list[LineRow], limit: int) -> tuple[list[LineRow], int]:
-    """The rows worth showing, at most ``limit``: every line of the diff and every line
-    that moved, then the other executed lines of the functions that hold them (their
-    context); the rest is counted."""
-    moved_functions = {(r.part, r.qualname) for r in rows if r.changed or abs(r.delta) >= MOVED_MIN}
-    keep = [
-        r
-        for r in rows
-        if r.changed or abs(r.delta) >= MOVED_MIN or (r.part, r.qualname) in moved_functions
-    ]
-    if len(keep) <= limit:
-        return keep, len(rows) - len(keep)
-    first = [r for r in keep if r.changed or abs(r.delta) >= MOVED_MIN][:limit]
-    chosen = {id(r) for r in first}
-    shown = [r for r in keep if id(r) in chosen]
-    return shown, len(rows) - len(shown)
+def _ran(r: LineRow) -> bool:
+    return _zero(r.base) > 0 or _zero(r.head) > 0
+
+
+def _shown_lines(rows: list[LineRow], limit: int) -> tuple[list[LineRow], int, int]:
+    """The rows worth showing, at most ``limit``: every line of the diff that ran and
+    every line that moved, then the other executed lines of the functions that hold them
+    (their context); the other executed lines are counted, and the lines of the diff
+    that never ran in these loops."""
+    not_run = sum(1 for r in rows if r.changed and not _ran(r))
+    rows = [r for r in rows if _ran(r)]
+    moved = [r for r in rows if r.changed or abs(r.delta) >= MOVED_MIN]
+    functions = {(r.part, r.qualname) for r in moved}
+    keep = [r for r in rows if r in moved or (r.part, r.qualname) in functions]
+    if len(keep) > limit:
+        chosen = {id(r) for r in moved[:limit]}
+        keep = [r for r in keep if id(r) in chosen]
+    return keep, len(rows) - len(keep), not_run
 
 
 def function_moves(
@@ -340,8 +344,8 @@ def function_moves(
     exclusive instructions per operation where both were profiled with the perf
     trampoline, else bytecodes per operation (their lines summed)."""
     if base.python and head.python:
-        b = {f"{p}:{q}" if p else q: v[1] for (p, q), v in base.python.items() if p}
-        h = {f"{p}:{q}" if p else q: v[1] for (p, q), v in head.python.items() if p}
+        b = {_function_name(p, q): v[1] for (p, q), v in base.python.items() if p}
+        h = {_function_name(p, q): v[1] for (p, q), v in head.python.items() if p}
         unit = INSTRUCTIONS
     else:
         b, h = _function_bytecodes(base), _function_bytecodes(head)
@@ -350,10 +354,15 @@ def function_moves(
     return moves, unit
 
 
+def _function_name(part: str, qualname: str) -> str:
+    """``file:qualname``: the part's file name (``block_pool.py``) before the function."""
+    return f"{part.rsplit('/', 1)[-1]}:{qualname}"
+
+
 def _function_bytecodes(where: VariantWhere) -> dict[str, float]:
     out: dict[str, float] = {}
     for (part, qualname, _line), value in where.lines.items():
-        key = f"{part}:{qualname}"
+        key = _function_name(part, qualname)
         out[key] = out.get(key, 0.0) + value
     return out
 
@@ -378,7 +387,7 @@ def compare(
     c, rest, n_rest = top_moves(base.c, head.c, top)
     functions, unit = function_moves(base, head, top)
     rows, unaligned = align_lines(base, head)
-    shown, left = _shown_lines(rows, max_lines)
+    shown, left, not_run = _shown_lines(rows, max_lines)
     return CellMoves(
         case=case,
         pool=pool,
@@ -391,5 +400,6 @@ def compare(
         function_unit=unit,
         lines=tuple(shown),
         lines_left_out=left,
+        diff_not_run=not_run,
         unaligned=tuple(unaligned),
     )
