@@ -278,7 +278,8 @@ def plain(m: CellMoves, base: str, head: str) -> str:
         unit = "instructions" if m.function_unit == cost_moves.INSTRUCTIONS else "bytecodes"
         out.append(f"  Python functions ({unit}/op):")
         for f in m.functions:
-            out.append(fmt.format(_clip(f.name, 40), _num(f.base), _num(f.head), _signed(f.delta)))
+            name = f.name if len(f.name) <= 48 else "…" + f.name[-47:]  # the qualname's end
+            out.append(fmt.format(name, _num(f.base), _num(f.head), _signed(f.delta)))
     shown = [r for r in m.lines if r.changed or abs(r.delta) >= cost_moves.MOVED_MIN]
     if shown:
         out.append("  lines of the diff and lines that moved (bytecodes/op):")
