@@ -80,7 +80,8 @@ class Profile:
         C function -> its own instructions per operation (with the trampoline active).
     parts
         File -> the part of the variant it holds (:data:`OTHER_PART` for none): a member
-        path (``vllm/v1/core/block_pool.py``) or ``queue`` for a queue class.
+        path (``vllm/v1/core/block_pool.py``) or ``queue`` for a queue class (by file:
+        another class of a queue's file, a block's methods, is ``queue`` here too).
     total
         Instructions per operation of the loops, as this profile counted them
         (inflated by the trampoline: see the module docstring).
