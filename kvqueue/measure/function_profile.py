@@ -177,9 +177,11 @@ def profile_from_files(dump: str, perf_map: str, parts: Mapping[str, str], ops: 
 def trampoline_available(python: str) -> bool:
     """Whether ``python`` (a CPython >= 3.12 on Linux) can activate the perf trampoline."""
     code = (
-        "import sys\n"
+        "import os, sys\n"
         "try:\n    sys.activate_stack_trampoline('perf')\nexcept Exception:\n    sys.exit(1)\n"
         "sys.deactivate_stack_trampoline()\n"
+        # The (empty) map the activation opened is this probe's alone.
+        "try:\n    os.unlink(f'/tmp/perf-{os.getpid()}.map')\nexcept OSError:\n    pass\n"
     )
     try:
         proc = subprocess.run(
