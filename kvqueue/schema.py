@@ -35,6 +35,7 @@ Standard library only (the runner and the worker import it under a bare interpre
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import re
 import secrets
@@ -710,6 +711,24 @@ PROCESSED_TABLES: dict[str, dict[str, str]] = {
         "instr_reduction": _F,  # 1 - candidate/baseline
         "cycles_reduction": _F,  # the same of estimated cycles (nan without CACHE_SIM)
     },
+    # Where the instructions went (where.csv) of the newest A/B counts run per host x
+    # interpreter: C functions (instructions), parts and lines (bytecodes) per variant.
+    "count_where": {
+        "host": _S,
+        "interpreter": _S,
+        "run_id": _S,
+        "case": _S,
+        "pool": _I,
+        "label": _S,
+        "kind": _S,  # c | part | line (WHERE_C, WHERE_PART, WHERE_LINE)
+        "part": _S,  # line, part: "queue" or a member path
+        "name": _S,  # C function, qualified name (line) or the part's file (part)
+        "line": _I,  # line: its number; part: its first line
+        "ops": _I,
+        "value": _I,  # raw: instructions (c), bytecodes (line), lines (part)
+        "per_op": _F,  # value / ops (c, line)
+        "detail": _S,  # line: specialised instructions; part: sha256 of its text
+    },
     # A history counts run's steps: each version against its predecessor.
     "count_steps": {
         "host": _S,
@@ -809,3 +828,32 @@ COUNT_COLUMNS = ("case", "pool", "label", "run", "loops", "per_loop", *COUNT_EVE
 COUNTING_KEY = "counting"
 #: run.json key saying which question a counts run answers: ``ab`` or ``history``.
 QUESTION_KEY = "question"
+
+#: A counts run's record of where the instructions went (``make bench
+#: METRIC=instructions``; :mod:`kvqueue.measure.where_run`): written once, at the end of a
+#: complete run, and sealed in ``files`` like counts.csv. Runs before it have none.
+#: Numbers and names only, never source text: a part's text is named by its file
+#: (``where``) and sha256, and read again where a report is built.
+WHERE_CSV = "where.csv"
+#: ``where.csv`` header. ``kind`` is :data:`WHERE_C` (``name``: a C function; ``value``:
+#: its instructions in the target run minus the zero run, raw), :data:`WHERE_PART`
+#: (``part``: a part of the variant's own code, ``queue`` or a member path; ``name``:
+#: the file its code objects name; ``line``: its first line; ``value``: its lines;
+#: ``detail``: the sha256 of its text) or :data:`WHERE_LINE` (``name``: the function's
+#: qualified name; ``value``: bytecodes executed at ``line`` of ``part`` over the loops;
+#: ``detail``: the specialised instructions run there). ``ops``: the loops' operations.
+WHERE_COLUMNS = ("case", "pool", "label", "kind", "part", "name", "line", "ops", "value", "detail")
+WHERE_C, WHERE_PART, WHERE_LINE = "c", "part", "line"
+#: The ``name`` of the row summing every C function below :data:`WHERE_MIN_PER_OP`.
+WHERE_REST = "(rest)"
+#: C functions whose target − zero instructions per operation stay below this (either
+#: way) are summed in one :data:`WHERE_REST` row.
+WHERE_MIN_PER_OP = 0.1
+#: run.json ``counting`` key of the where.csv format (absent: none written).
+WHERE_FORMAT_KEY = "where_format"
+WHERE_FORMAT = 1
+
+
+def text_sha256(text: str) -> str:
+    """sha256 of a text's UTF-8 bytes (a part of where.csv names its text by it)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

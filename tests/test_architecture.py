@@ -29,7 +29,12 @@ READ_SIDE = ("rawdata", "stats", "report")
 MEASURING = ("measure", "gate")
 #: Modules that run under the measured interpreter, with nothing installed.
 MEASURED = ("subjects", "gate", "sources")
-MEASURED_MODULES = ("kvqueue.measure.timing_worker", "kvqueue.policy.policy_worker")
+MEASURED_MODULES = (
+    "kvqueue.measure.timing_worker",
+    "kvqueue.measure.counted_worker",
+    "kvqueue.measure.profiled_worker",
+    "kvqueue.policy.policy_worker",
+)
 
 
 def _name(path: Path) -> str:

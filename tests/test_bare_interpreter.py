@@ -21,6 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Modules that run under the measured interpreter (and what they import).
 BARE_MODULES = (
     "kvqueue.measure.timing_worker",
+    "kvqueue.measure.counted_worker",
+    "kvqueue.measure.profiled_worker",
     "kvqueue.subjects.queue_cases",
     "kvqueue.sources.versions",
     "kvqueue.sources.loader",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvqueue import schema
-from kvqueue.ab import queue_check
+from kvqueue.ab import queue_check, where_tables
 from kvqueue.errors import BenchInputError
 from kvqueue.measure import cachegrind, counts_run
 from kvqueue.params import bench_params
@@ -351,3 +351,18 @@ def test_a_counts_run_is_a_sealed_run_folder(tmp_path: Path) -> None:
     assert not isinstance(got, str)
     labels = {c.label for c in count_figures.per_op(got.rows)}
     assert labels == {"kvqueue", "kvqueue:floor"}
+    # Where the instructions went (issue 36): where.csv written once and sealed, numbers
+    # and names only, and the writeup's section built from it with the texts read here.
+    assert meta[schema.COUNTING_KEY][schema.WHERE_FORMAT_KEY] == schema.WHERE_FORMAT
+    assert meta[schema.FILES_KEY][schema.WHERE_CSV]["rows"] == len(got.where) > 0
+    kinds = {(r["label"], r["kind"]) for r in got.where}
+    assert kinds == {(v, k) for v in labels for k in ("c", "part", "line")}
+    parts = [r for r in got.where if r["kind"] == schema.WHERE_PART]
+    assert {r["part"] for r in parts} == {"queue"} and all(len(r["detail"]) == 64 for r in parts)
+    assert "def " not in (run / schema.WHERE_CSV).read_text()
+    where = count_figures.where_frame([got], [meta["run_id"]])
+    pairs = count_figures.pair_reductions(
+        count_figures.counts_frame([got]), [("kvqueue:floor", "kvqueue")]
+    )
+    note = where_tables.writeup_note(where, pairs, "kvqueue:floor", "kvqueue")
+    assert "```diff" in note and "| C function |" in note and "bytecodes/op" in note

@@ -5,6 +5,11 @@ with small defaults (:data:`kvqueue.params.bench_params.QUICK_LOOP_DEFAULTS`), a
 process, and the comparison table (reduction, interval, verdict) at the end. Nothing is
 written under ``data/raw``: evidence for a pull request comes from ``make bench``; this
 is for the many short loops in between.
+
+With ``METRIC=instructions`` it prints, per candidate, where the instructions moved in
+the cell that changed most (:func:`where_cells`; :mod:`kvqueue.ab.where_text`): the C
+functions, the Python functions and the lines of the diff, from one more process per
+variant (:mod:`kvqueue.measure.where_run`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,21 @@ from typing import Any, TextIO
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.ab import ab_analysis
+from kvqueue.ab import ab_analysis, where_text
+from kvqueue.errors import BenchError
 from kvqueue.formatting import fmt_interval, fmt_signed_pct
-from kvqueue.measure import counts_run, interpreter_checks, machine_lock, runner
+from kvqueue.measure import (
+    cachegrind,
+    counts_run,
+    interpreter_checks,
+    machine_lock,
+    runner,
+    where_run,
+)
 from kvqueue.params import bench_params
 from kvqueue.params.bench_params import BenchParams, Checked
 from kvqueue.params.report_params import ReportSettings
-from kvqueue.stats import count_figures, paired_stats
+from kvqueue.stats import cost_moves, count_figures, paired_stats
 
 _CELL = ("case", "pool")
 
@@ -58,15 +71,42 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
     # call by call (~6 s per pool at 100,000 blocks): it runs at the sizes timed.
     extra = schema.POOLS if p.subject == schema.SUBJECT_QUEUE else ()
     if p.metric == "instructions":
-        _, rows = counts_run.count_rows(checked, sizes=extra, what="make quick")
-        counted = count_figures.per_op(rows)
         pairs = [(label, p.labels[0]) for label in p.labels[1:]]
+        totals = where_run.FunctionTotals()
+        moves: list[tuple[str, cost_moves.CellMoves]] = []
+        notes: list[str] = []
+
+        def trace(gate: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+            # Per candidate, the cell that moved most, traced to functions and lines.
+            chosen = where_cells(count_figures.table(count_figures.per_op(rows), pairs))
+            try:
+                found = where_run.cell_moves(
+                    p.python,
+                    counts_run.base_spec(p, gate),
+                    rows,
+                    totals,
+                    chosen,
+                    valgrind=cachegrind.find_valgrind(p.cache_sim),
+                )
+            except BenchError as exc:
+                notes.append(f"where the instructions moved was not traced: {exc}")
+                return
+            moves.extend((head, m) for (_c, _p, _b, head), m in zip(chosen, found, strict=True))
+
+        _, rows = counts_run.count_rows(
+            checked, sizes=extra, what="make quick", on_functions=totals, then=trace
+        )
+        counted = count_figures.per_op(rows)
         table = count_figures.table(counted, pairs)
         text = format_counts(table, checked, time.monotonic() - start)
         print(text, file=out)
         shares = count_figures.swap_shares(table, p.labels[0])
         if shares:
             print(format_shares(shares), file=out)
+        for head, m in moves:
+            print(where_text.plain(m, p.labels[0], head), file=out)
+        for note in notes:
+            print(note, file=out)
         return pd.DataFrame(table)
     with machine_lock.hold("make quick"):
         gate = runner.run_gate(p, sizes=extra)
@@ -84,6 +124,18 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
     table = compare(pd.DataFrame(rows, columns=list(schema.SAMPLE_COLUMNS)), p)
     print(format_table(table, checked, time.monotonic() - start), file=out)
     return table
+
+
+def where_cells(table: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
+    """Per candidate, the (case, pool, baseline, candidate) cell whose instructions per
+    operation moved most against the baseline (the one ``make quick`` traces to
+    functions and lines)."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in table:
+        had = best.get(r["candidate"])
+        if had is None or abs(r["reduction_pct"]) > abs(had["reduction_pct"]):
+            best[r["candidate"]] = r
+    return [(r["case"], int(r["pool"]), r["baseline"], r["candidate"]) for r in best.values()]
 
 
 def compare(samples: pd.DataFrame, p: BenchParams) -> pd.DataFrame:

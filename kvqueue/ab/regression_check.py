@@ -48,8 +48,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvqueue import hostinfo, schema
+from kvqueue.ab import where_text
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.measure import cachegrind, counts_run, interpreter_checks
+from kvqueue.measure import cachegrind, counts_run, interpreter_checks, where_run
 from kvqueue.params import regression_params, value_checks
 from kvqueue.params.regression_params import (
     EXIT_PASSED,
@@ -59,7 +60,7 @@ from kvqueue.params.regression_params import (
     Regress,
 )
 from kvqueue.sources import loader, pool_loader
-from kvqueue.stats import count_figures
+from kvqueue.stats import cost_moves, count_figures
 
 REGRESSED = "regressed"
 IMPROVED = "improved"
@@ -109,6 +110,10 @@ class Comparison:
     seconds: float
     #: Base and head run identical code (:func:`same_code`): nothing was counted.
     identical: bool = False
+    #: Where the instructions moved in the cells that moved most (:func:`where_of`).
+    where: tuple[cost_moves.CellMoves, ...] = ()
+    #: Why ``where`` is empty though cells were counted ('' when it is not).
+    where_note: str = ""
 
     @property
     def regressed(self) -> list[CellVerdict]:
@@ -168,6 +173,23 @@ def judge(
             )
         )
     return cells, resolution
+
+
+#: Most cells whose instructions are traced to functions and lines (beyond their
+#: threshold, largest change first; the largest change alone when none is).
+WHERE_CELLS = 3
+
+
+def where_cells(cells: Sequence[CellVerdict]) -> list[CellVerdict]:
+    """The cells whose instructions ``make regress`` traces to functions and lines: those
+    beyond their threshold (regressed or improved), at most :data:`WHERE_CELLS`, largest
+    change first; when none is, the one that changed most."""
+    moved = sorted(
+        (c for c in cells if c.verdict != OK), key=lambda c: (-abs(c.reduction_pct), c.case)
+    )
+    if moved:
+        return moved[:WHERE_CELLS]
+    return [max(cells, key=lambda c: abs(c.reduction_pct))] if cells else []
 
 
 def _code_identity(result: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -419,6 +441,10 @@ def markdown(r: Regress, comparison: Comparison) -> str:
             f"`make bench`. Counted in {comparison.seconds:.0f} s.",
             "",
         ]
+        if comparison.where:
+            lines += [where_text.markdown(comparison.where)]
+        elif comparison.where_note:
+            lines += [comparison.where_note, ""]
     lines += [*_sources_table(comparison.gate), "", _block_line(r, comparison.gate), ""]
     base, head = r.bench.variants
     sources = (
@@ -527,14 +553,38 @@ def compare(r: Regress, announce: str = "") -> Comparison:
     # The gate at the bench's pools too, as make quick: a queue broken only above 5,000
     # blocks passed a gate that stopped at 2,048 (a pool's gate runs at the pools counted).
     sizes = schema.POOLS if r.bench.subject == schema.SUBJECT_QUEUE else ()
+    base_label, head_label = checked.params.labels
+    totals = where_run.FunctionTotals()
+    where: list[cost_moves.CellMoves] = []
+    note: list[str] = []
+
+    def trace(gate: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+        # Under the machine lock still: one more process per variant and cell shown.
+        cells, _ = judge(rows, r.per_case, base_label, head_label)
+        chosen = [(c.case, c.pool, base_label, head_label) for c in where_cells(cells)]
+        try:
+            where.extend(
+                where_run.cell_moves(
+                    checked.params.python,
+                    counts_run.base_spec(checked.params, gate),
+                    rows,
+                    totals,
+                    chosen,
+                    valgrind=valgrind,
+                )
+            )
+        except BenchError as exc:
+            note.append(f"where the instructions moved was not traced: {exc}")
+
     gate, rows = counts_run.count_rows(
         checked,
         sizes=sizes,
         valgrind=valgrind,
         what="make regress",
         counted_if=lambda results: not same_code(results),
+        on_functions=totals,
+        then=trace,
     )
-    base_label, head_label = checked.params.labels
     cells, resolution = judge(rows, r.per_case, base_label, head_label) if rows else ([], math.nan)
     return Comparison(
         cells=tuple(cells),
@@ -544,6 +594,8 @@ def compare(r: Regress, announce: str = "") -> Comparison:
         valgrind=valgrind,
         seconds=time.monotonic() - start,
         identical=not rows,
+        where=tuple(where),
+        where_note=" ".join(note),
     )
 
 

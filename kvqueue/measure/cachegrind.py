@@ -47,15 +47,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from kvqueue import hostinfo, schema
 from kvqueue.errors import BenchError, BenchInputError
 from kvqueue.kernel import remove_dead_entries, stop_signals
-from kvqueue.measure import child, stack_layout, timing_worker
+from kvqueue.measure import child, cost_files, stack_layout, timing_worker
 from kvqueue.sources import cache_paths
 from kvqueue.subjects import queue_cases
 
@@ -65,6 +65,7 @@ WARMUP_OPS = 2_000
 #: Operations a target run adds: 20,000 keeps the zero runs' spread (±80,000 of 786
 #: million on 3.11.7) at ±4 instructions per operation, 0.1 % of alloc1's ~3,300.
 TARGET_OPS = 20_000
+T = TypeVar("T")
 #: Hash seed of every counted process (hashing is part of what is counted).
 HASH_SEED = "0"
 INSTALL_HINT = (
@@ -72,7 +73,8 @@ INSTALL_HINT = (
     "(Debian/Ubuntu; `dnf install valgrind` on Fedora, `brew install valgrind` is not "
     "available on Apple silicon: use a Linux machine or container)"
 )
-_TIMEOUT_S = 900
+#: Seconds a counted (or profiled) process may take.
+TIMEOUT_S = 900
 #: How a counted process's memory layout is kept the same wherever and by whom the
 #: project is run: 3, every path it imports or reads from is of one length
 #: (:func:`_fixed_root`), its environment is fixed (:func:`_env`), it reads no
@@ -300,9 +302,49 @@ def _fixed_root(tmp: Path) -> Path:
     return tmp
 
 
-def _start(
-    valgrind: Valgrind, binary: str, spec: dict[str, Any], out: Path, root: Path
+def start(
+    valgrind: Valgrind | None,
+    binary: str,
+    spec: dict[str, Any],
+    out: Path,
+    root: Path,
+    *,
+    tool: list[str] | None = None,
+    module: str = "kvqueue.measure.counted_worker",
 ) -> subprocess.Popen:
+    """Start one counted process: ``module`` of the copy in ``root`` under valgrind, with
+    ``spec`` on its stdin.
+
+    Parameters
+    ----------
+    valgrind, binary
+        The valgrind and the interpreter's own binary (valgrind None: the worker runs
+        without it, as a bytecode profile does).
+    spec
+        The worker's spec (the runner's folder is added, padded to one length).
+    out
+        The out file (cachegrind's; a ``tool`` names its own).
+    root
+        The fixed-length folder (:func:`counting_root`).
+    tool
+        valgrind's options instead of cachegrind's (``--tool=callgrind ...``: a
+        profile, :mod:`kvqueue.measure.function_profile`).
+    module
+        The worker module run.
+    """
+    if valgrind is None:
+        under: list[str] = []
+    else:
+        options = (
+            [*valgrind.options(), f"--cachegrind-out-file={out}"] if tool is None else list(tool)
+        )
+        under = [
+            valgrind.path,
+            *options,
+            # valgrind's gdbserver FIFOs (three per process) go to the run's temp folder,
+            # not beside it in /tmp: a killed valgrind cannot remove them.
+            f"--vgdb-prefix={out.parent / 'vgdb'}",
+        ]
     cmd = [
         # Through kvqueue.measure.child: valgrind dies with this process from its start
         # (a kill -9 of the runner left two counting on for seconds). -S: it needs no
@@ -311,18 +353,13 @@ def _start(
         "-S",
         "-m",
         "kvqueue.measure.child",
-        valgrind.path,
-        *valgrind.options(),
-        f"--cachegrind-out-file={out}",
-        # valgrind's gdbserver FIFOs (three per process) go to the run's temp folder,
-        # not beside it in /tmp: a killed valgrind cannot remove them.
-        f"--vgdb-prefix={out.parent / 'vgdb'}",
+        *under,
         binary,
         # -S: no site-packages (a .pth there runs code at start, and differs between
         # machines); the worker needs the standard library only.
         "-S",
         "-m",
-        "kvqueue.measure.counted_worker",
+        module,
     ]
     proc = subprocess.Popen(
         cmd,
@@ -344,11 +381,107 @@ def _start(
     return proc
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill(proc: subprocess.Popen) -> None:
+    """Kill a counted process's group and reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.wait(timeout=5)
+
+
+def project_path(path: str, root: Path) -> str:
+    """A file name as a counted process saw it, with the temp folder it ran in
+    (:func:`counting_root`, which holds a copy of the package) replaced by the project's
+    own folder: the name of the same file once the count is over."""
+    prefix = f"{root}/"
+    if path.startswith(prefix):
+        return str(hostinfo.PROJECT_DIR / path[len(prefix) :])
+    return path
+
+
+def default_jobs() -> int:
+    """Counted processes at once by default: the CPUs this process may use (counts do
+    not depend on load, so they may share the machine)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+@contextlib.contextmanager
+def counting_root() -> Iterator[Path]:
+    """The temp folder counted processes run in (:func:`_fixed_root`), removed at the
+    end; SIGTERM and SIGHUP stop the block as Ctrl-C does (check-queue holds no machine
+    lock, which gives them to the other commands).
+
+    The folder is named after this process, so that one a kill -9 left is removed by
+    the next count.
+    """
+    remove_dead_entries(_TMP_PREFIX)
+    with (
+        stop_signals(),
+        tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid():07d}-") as tmp,
+    ):
+        yield _fixed_root(Path(tmp))
+
+
+def run_processes(
+    todo: Sequence[T],
+    launch: Callable[[int, T, Path], subprocess.Popen],
+    finish: Callable[[T, Path], None],
+    *,
+    what: Callable[[T], str],
+    jobs: int | None = None,
+) -> None:
+    """Run one process per item of ``todo``, ``jobs`` at once, in a
+    :func:`counting_root` (a profile's processes: :mod:`kvqueue.measure.function_profile`,
+    :mod:`kvqueue.measure.where_run`).
+
+    Parameters
+    ----------
+    todo
+        The items.
+    launch
+        ``(index, item, root) -> process`` (:func:`start`).
+    finish
+        Called with each item and the root once its process exited 0.
+    what
+        An item's name in a failure's message.
+    jobs
+        Processes at once (default: :func:`default_jobs`).
+
+    Raises
+    ------
+    BenchError
+        A process failed or ran out of time; the others are stopped.
+    """
+    width = jobs or default_jobs()
+    running: list[tuple[T, subprocess.Popen, float]] = []
+    with counting_root() as root:
+        pending = list(enumerate(todo))
+        try:
+            while pending or running:
+                while pending and len(running) < width:
+                    i, item = pending.pop(0)
+                    running.append((item, launch(i, item, root), time.monotonic()))
+                time.sleep(0.05)
+                for entry in list(running):
+                    item, proc, t0 = entry
+                    if proc.poll() is None:
+                        if time.monotonic() - t0 > TIMEOUT_S:
+                            raise BenchError(
+                                f"{what(item)} did not finish within {TIMEOUT_S} s; stopped"
+                            )
+                        continue
+                    running.remove(entry)
+                    err = proc.stderr.read() if proc.stderr else ""
+                    if proc.returncode != 0:
+                        tail = [ln for ln in err.splitlines() if not ln.startswith("==")]
+                        raise BenchError(
+                            f"{what(item)} exited {proc.returncode}: {' '.join(tail)[-300:]}"
+                        )
+                    finish(item, root)
+        except BaseException:
+            for _item, proc, _t0 in running:
+                kill(proc)
+            raise
 
 
 def count(
@@ -359,6 +492,7 @@ def count(
     jobs: int | None = None,
     progress: TextIO | None = None,
     on_row: Callable[[dict[str, Any], float], None] | None = None,
+    on_functions: Callable[[dict[str, Any], dict[str, int]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every count of ``base_spec`` (a worker spec) under cachegrind.
 
@@ -372,13 +506,16 @@ def count(
     valgrind
         From :func:`find_valgrind`.
     jobs
-        Runs at once (default: the CPUs this process may use). Counts do not depend on
-        load, so they may share the machine.
+        Runs at once (default: :func:`default_jobs`).
     progress
         Where a line per finished run goes (default: stderr).
     on_row
         Called with each row and its seconds as it is finished (the run folder appends
         it at once).
+    on_functions
+        Called with each row and its instructions per C function
+        (:func:`kvqueue.measure.function_profile.cachegrind_functions`), read from the
+        run's out file before it is removed: where the cost went.
 
     Returns
     -------
@@ -396,19 +533,11 @@ def count(
     todo = plan(base_spec["labels"], base_spec["cases"], base_spec["pools"], subject)
     for note in few_calls_notes(todo):
         print(note, file=out, flush=True)
-    width = jobs or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    width = jobs or default_jobs()
     rows: list[dict[str, Any]] = []
     running: list[tuple[Job, subprocess.Popen, Path, float]] = []
-    start = time.monotonic()
-    # The temp folder is named after this process, so that one a kill -9 left is removed
-    # by the next count; SIGTERM and SIGHUP stop the counts as Ctrl-C does (check-queue
-    # holds no machine lock, which gives them to the other commands).
-    remove_dead_entries(_TMP_PREFIX)
-    with (
-        stop_signals(),
-        tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid():07d}-") as tmp,
-    ):
-        root = _fixed_root(Path(tmp))
+    start_time = time.monotonic()
+    with counting_root() as root:
         try:
             pending = list(enumerate(todo))
             while pending or running:
@@ -417,16 +546,16 @@ def count(
                     spec = job_spec(base_spec, job)
                     path = root / "out" / f"cg.{i}"
                     running.append(
-                        (job, _start(valgrind, binary, spec, path, root), path, time.monotonic())
+                        (job, start(valgrind, binary, spec, path, root), path, time.monotonic())
                     )
                 time.sleep(0.05)
                 for entry in list(running):
                     job, proc, path, t0 = entry
                     if proc.poll() is None:
-                        if time.monotonic() - t0 > _TIMEOUT_S:
+                        if time.monotonic() - t0 > TIMEOUT_S:
                             raise BenchError(
                                 f"count of {job.label or 'zero'} {job.case}/{job.pool} "
-                                f"did not finish within {_TIMEOUT_S} s; stopped"
+                                f"did not finish within {TIMEOUT_S} s; stopped"
                             )
                         continue
                     running.remove(entry)
@@ -437,7 +566,8 @@ def count(
                             f"counted process ({job.run} {job.label} {job.case}/{job.pool}) "
                             f"exited {proc.returncode}: {' '.join(tail)[-300:]}"
                         )
-                    totals = parse_cachegrind(path.read_text())
+                    text = path.read_text()
+                    totals = parse_cachegrind(text)
                     row = {
                         "case": job.case,
                         "pool": job.pool,
@@ -450,17 +580,20 @@ def count(
                         **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
                     }
                     rows.append(row)
+                    if on_functions is not None:
+                        on_functions(row, cost_files.cachegrind_functions(text))
+                    path.unlink()
                     if on_row is not None:
                         on_row(row, round(time.monotonic() - t0, 3))
                     print(
                         f"count {len(rows)}/{len(todo)}: {job.run} {job.label} "
                         f"{job.case}/{job.pool}: {totals['Ir']:,} instructions "
-                        f"({time.monotonic() - start:.0f} s)",
+                        f"({time.monotonic() - start_time:.0f} s)",
                         file=out,
                         flush=True,
                     )
         except BaseException:
             for _job, proc, _path, _t0 in running:
-                _kill(proc)
+                kill(proc)
             raise
     return rows

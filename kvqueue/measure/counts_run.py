@@ -8,7 +8,10 @@ target run per variant under cachegrind, and each finished count is appended to
 ``counts.csv`` at once (a Ctrl-C keeps the finished ones; the run is marked
 ``interrupted``). ``run.json`` (kind ``counts``) records valgrind's version and options,
 the warm-up and target operations and the hash seed under ``counting``, and which
-question the run answers (``ab`` or ``history``, with the history's versions).
+question the run answers (``ab`` or ``history``, with the history's versions). Once every
+count is done, each cell's lines are traced in bytecodes (one process each, no valgrind)
+and ``where.csv`` is written once with them and the count's C functions
+(:func:`write_where`; ``counting.where_format``).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from kvqueue import schema
+from kvqueue.errors import BenchError
 from kvqueue.gate import model_check
-from kvqueue.measure import cachegrind, machine_lock, run_folder, runner
+from kvqueue.measure import cachegrind, machine_lock, run_folder, runner, where_run
 from kvqueue.params.bench_params import BenchParams, Checked
 
 
@@ -55,6 +59,34 @@ def base_spec(params: BenchParams, gate: list[dict[str, Any]]) -> dict[str, Any]
     return runner.worker_spec(params, list(params.cases), params.seed, expected, expected_block)
 
 
+def where_text(rows: list[dict[str, Any]]) -> str:
+    """``where.csv`` as text: the header, then the rows (:data:`kvqueue.schema.WHERE_COLUMNS`)."""
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(schema.WHERE_COLUMNS)
+    out.writerows([row[c] for c in schema.WHERE_COLUMNS] for row in rows)
+    return buf.getvalue()
+
+
+def write_where(
+    writer: run_folder.RunWriter,
+    python: str,
+    spec: dict[str, Any],
+    totals: where_run.FunctionTotals,
+) -> None:
+    """Trace every counted cell's lines (one process each, no valgrind) and write
+    ``where.csv`` once, with the C functions of the count (docs/design.md §13). A
+    profile that fails is one line: the counts stand without it."""
+    try:
+        lines = where_run.line_profiles(python, spec, sorted(totals.ops))
+    except BenchError as exc:
+        print(f"where.csv not written: {exc}", file=sys.stderr)
+        lines = {}
+    rows = where_run.where_rows(totals, lines)
+    writer.record[schema.COUNTING_KEY][schema.WHERE_FORMAT_KEY] = schema.WHERE_FORMAT
+    writer.add_file(schema.WHERE_CSV, where_text(rows), len(rows))
+
+
 def counting_record(valgrind: cachegrind.Valgrind) -> dict[str, Any]:
     """What run.json records of the method (``counting``)."""
     return {
@@ -76,6 +108,8 @@ def count_rows(
     valgrind: cachegrind.Valgrind | None = None,
     what: str = "the counts",
     counted_if: Callable[[list[dict[str, Any]]], bool] | None = None,
+    on_functions: Callable[[dict[str, Any], dict[str, int]], None] | None = None,
+    then: Callable[[list[dict[str, Any]], list[dict[str, Any]]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Gate and count, writing nothing (``make quick METRIC=instructions``, ``make
     regress``): the gate's results (their commits and digests name the sources) and
@@ -94,6 +128,12 @@ def count_rows(
     counted_if
         Given the gate's results, whether to count at all (``False``: no rows; ``make
         regress`` does not count two identical codes). Default: always.
+    on_functions
+        Given to :func:`kvqueue.measure.cachegrind.count` (each run's instructions per C
+        function).
+    then
+        Called with the gate's results and the rows while the machine lock is still
+        held (``make regress`` profiles where the instructions went).
     """
     params = checked.params
     valgrind = valgrind or cachegrind.find_valgrind(params.cache_sim)
@@ -101,7 +141,12 @@ def count_rows(
         gate = runner.run_gate(params, invalid=invalid, sizes=sizes)
         if counted_if is not None and not counted_if(gate):
             return gate, []
-        return gate, cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind)
+        rows = cachegrind.count(
+            params.python, base_spec(params, gate), valgrind=valgrind, on_functions=on_functions
+        )
+        if then is not None:
+            then(gate, rows)
+        return gate, rows
 
 
 def run_counts(
@@ -186,6 +231,11 @@ def run_counts(
                 info = {"phase": "main", "process": done, "run": row["run"], "seconds": seconds}
                 writer.add_process("main", done, [row], info)
 
-            cachegrind.count(params.python, base_spec(params, gate), valgrind=valgrind, on_row=keep)
+            spec = base_spec(params, gate)
+            totals = where_run.FunctionTotals()
+            cachegrind.count(
+                params.python, spec, valgrind=valgrind, on_row=keep, on_functions=totals
+            )
+            write_where(writer, params.python, spec, totals)
     print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return writer.dir

@@ -170,6 +170,18 @@ class RunWriter:
             self.record["process_info"].append(info)
             self.save()
 
+    def add_file(self, name: str, text: str, rows: int) -> None:
+        """Write a second data file once (it must not exist) and seal its sha256 and row
+        count in ``run.json``, as one atomic step (a counts run's ``where.csv``)."""
+        data = text.encode("utf-8")
+        with interrupts_held():
+            with open(self.dir / name, "xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.record[schema.FILES_KEY][name] = {"sha256": sha256_bytes(data), "rows": rows}
+            write_run_json(self.dir, self.record)
+
     def save(self, status: str | None = None) -> None:
         """Rewrite the data file, then ``run.json`` with its digest (and ``status``)."""
         if status:

@@ -43,6 +43,7 @@ class Processed:
     counts: pd.DataFrame = field(default_factory=pd.DataFrame)  # kvqueue.stats.count_figures
     count_pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     count_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    count_where: pd.DataFrame = field(default_factory=pd.DataFrame)
     manifest: dict[str, Any] = field(default_factory=dict)
     #: The folder the tables were written to or read from (its ``cache/`` holds the
     #: report's figures: :mod:`kvqueue.report.build_cache`); None for tables made in memory.

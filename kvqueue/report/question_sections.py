@@ -15,7 +15,9 @@ and holds nothing else:
 - **policy study**: the policy section of the report, and the reproduce command;
 - a pair or a history that only **instruction counts** measured: the verdict (changes of
   1 % or more), how to read counts (deterministic, not wall time), the cells or steps, the
-  reproduce commands.
+  reproduce commands;
+- a pair whose counts run wrote ``where.csv``: where the instructions moved, folded,
+  under the diff of the code measured (:mod:`kvqueue.ab.where_tables`).
 
 Every section is built from the question's scoped data; a part without data is left out.
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvqueue import schema
-from kvqueue.ab import ab_analysis, ab_tables, count_tables
+from kvqueue.ab import ab_analysis, ab_tables, count_tables, where_tables
 from kvqueue.ab.ab_tables import HEADLINE_CASES, case_cycle
 from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import history_diffs, history_present
@@ -248,6 +250,7 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     only = count_tables.counts_only(pairs, data.summary) if len(pairs) else pairs
     if len(only) and question.pair is not None:
         out.append(_counts_only_section(data, only, question.pair, level=3))
+    out += _where_sections(question)
     out += stack
     out += [
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
@@ -317,9 +320,32 @@ def _counts_ab(question: Question) -> list[Section]:
     return [
         Section("title", question.title, level=1, note=intro),
         _counts_only_section(data, rows, (cand, base), level=2),
+        *_where_sections(question),
         *stack,
         Section("reproduce", "Reproduce", note=_commands("bench", data, runs)),
         Section("runs", "Runs used", note=used, detail=True),
+    ]
+
+
+def _where_sections(question: Question) -> list[Section]:
+    """Where the pair's instructions moved, folded: per counts run that wrote
+    ``where.csv``, the diff of the code measured, the sentence and the tables of C
+    functions, Python functions and lines (:mod:`kvqueue.ab.where_tables`); none
+    without such a run."""
+    data = question.data
+    if question.pair is None or data.count_where.empty:
+        return []
+    note = where_tables.writeup_note(data.count_where, data.count_pairs, *question.pair)
+    if not note:
+        return []
+    return [
+        Section(
+            "where",
+            "Where the instructions moved: the diff measured, C functions and lines",
+            level=3,
+            note=note,
+            detail=True,
+        )
     ]
 
 

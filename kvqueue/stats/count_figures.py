@@ -173,6 +173,8 @@ class CountRun:
     meta: dict[str, Any]
     rows: list[dict[str, str]]
     host: str = ""
+    #: ``where.csv``'s rows (none before the file existed, or when it was not written).
+    where: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def host_key(self) -> str:
@@ -273,7 +275,45 @@ def read_count_run(
     rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
     if not rows or tuple(rows[0]) != schema.COUNT_COLUMNS:
         return f"counts.csv columns are not {', '.join(schema.COUNT_COLUMNS)}"
-    return CountRun(run_dir, meta, rows)
+    where: list[dict[str, str]] = []
+    if schema.WHERE_CSV in recorded:
+        reader = csv.DictReader(io.StringIO(recorded[schema.WHERE_CSV].decode("utf-8")))
+        if tuple(reader.fieldnames or ()) != schema.WHERE_COLUMNS:
+            return f"where.csv columns are not {', '.join(schema.WHERE_COLUMNS)}"
+        where = list(reader)
+    return CountRun(run_dir, meta, rows, where=where)
+
+
+def where_frame(runs: Sequence[CountRun], run_ids: Iterable[str]) -> pd.DataFrame:
+    """The ``count_where`` rows of the runs named (where.csv, per operation): one row per
+    run × cell × variant × C function, part or line (:data:`kvqueue.schema.WHERE_COLUMNS`;
+    ``per_op`` = value / ops for C functions and lines)."""
+    wanted = set(run_ids)
+    out = []
+    for run in runs:
+        if str(run.meta["run_id"]) not in wanted:
+            continue
+        for r in run.where:
+            ops, value = int(r["ops"]), int(r["value"])
+            out.append(
+                {
+                    "host": run.host_key,
+                    "interpreter": run.interpreter,
+                    "run_id": run.meta["run_id"],
+                    "case": r["case"],
+                    "pool": int(r["pool"]),
+                    "label": r["label"],
+                    "kind": r["kind"],
+                    "part": r["part"],
+                    "name": r["name"],
+                    "line": int(r["line"]) if r["line"] else None,
+                    "ops": ops,
+                    "value": value,
+                    "per_op": value / ops if r["kind"] != schema.WHERE_PART else float("nan"),
+                    "detail": r["detail"],
+                }
+            )
+    return pd.DataFrame(out, columns=list(schema.PROCESSED_TABLES["count_where"]))
 
 
 def counts_frame(runs: Sequence[CountRun]) -> pd.DataFrame:
@@ -391,10 +431,10 @@ def analyze(
     pairs: Sequence[tuple[str, str]],
     keys: host_keys.HostKeys | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
-    """The processed ``counts``, ``count_pairs`` and ``count_steps`` tables of the counts
-    runs the raw-data reader included (:class:`kvqueue.rawdata.raw_reader.Run`: ``path``,
-    ``meta``, ``host``, ``run_id``), and ``{"<host>/<run_id>": why}`` for each run left
-    out here.
+    """The processed ``counts``, ``count_pairs``, ``count_steps`` and ``count_where``
+    tables of the counts runs the raw-data reader included
+    (:class:`kvqueue.rawdata.raw_reader.Run`: ``path``, ``meta``, ``host``, ``run_id``),
+    and ``{"<host>/<run_id>": why}`` for each run left out here.
 
     ``pairs``: the A/B pairs compared (the report's configured pairs); each A/B counts
     run also compares every variant with its baseline. ``count_steps`` holds the newest
@@ -443,6 +483,8 @@ def analyze(
         "counts": frame,
         "count_pairs": pair_rows,
         "count_steps": steps,
+        # Where the instructions went, of the runs whose pairs the report compares.
+        "count_where": where_frame(runs, set(ab["run_id"]) if len(ab) else ()),
     }
     out = {}
     for name, df in tables.items():
@@ -450,7 +492,22 @@ def analyze(
         cols = list(spec)
         df = df.reindex(columns=cols) if not df.empty else pd.DataFrame(columns=cols)
         out[name] = df.sort_values(
-            [c for c in ("host", "interpreter", "run_id", "case", "pool") if c in cols],
+            [
+                c
+                for c in (
+                    "host",
+                    "interpreter",
+                    "run_id",
+                    "case",
+                    "pool",
+                    "label",
+                    "kind",
+                    "part",
+                    "name",
+                    "line",
+                )
+                if c in cols
+            ],
             kind="stable",
         ).reset_index(drop=True)
     return out, left
