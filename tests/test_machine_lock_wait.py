@@ -82,6 +82,7 @@ def test_wait_queues_behind_the_holder_saying_what_and_since_when(
     monkeypatch.setenv(lock_params.WAIT_ENV, "1")
     monkeypatch.setattr(machine_lock, "POLL_SECONDS", 0.05)
     monkeypatch.setenv(BUDGET_START_ENV, "1000.0")
+    monkeypatch.setattr(machine_lock, "_waited", [0.0])
     holder = _hold(lock)
     machine_lock.refuse_if_held()  # the probe lets a waiting command through
     _release_after(holder, 1.0)
@@ -102,8 +103,9 @@ def test_wait_queues_behind_the_holder_saying_what_and_since_when(
         "and writes nothing"
     )
     assert err[1].startswith("machine lock taken after ")
-    # MAX_MINUTES counts the run, not the queue.
+    # MAX_MINUTES counts the run, not the queue; so does a command's "counted in N s".
     assert float(os.environ[BUDGET_START_ENV]) >= 1000.0 + waited - 0.2
+    assert waited - 0.2 <= machine_lock.waited_seconds() <= waited
 
 
 def test_a_new_holder_while_waiting_gets_a_line(
@@ -173,3 +175,4 @@ def test_ctrl_c_while_a_bench_waits_writes_nothing(lock: Path, tmp_path: Path) -
     assert len(rest) == 1 and rest[0].startswith("stopped while waiting for the machine lock (")
     assert rest[0].endswith(" s): nothing was written"), rest
     assert not raw.exists() or not any(raw.rglob("run.json"))
+

@@ -98,7 +98,9 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
         )
         counted = count_figures.per_op(rows)
         table = count_figures.table(counted, pairs)
-        text = format_counts(table, checked, time.monotonic() - start)
+        text = format_counts(
+            table, checked, time.monotonic() - start - machine_lock.waited_seconds()
+        )
         print(text, file=out)
         shares = count_figures.swap_shares(table, p.labels[0])
         if shares:
@@ -122,7 +124,10 @@ def run_quick(p: BenchParams, out: TextIO = sys.stdout, announce: str = "") -> p
                 flush=True,
             )
     table = compare(pd.DataFrame(rows, columns=list(schema.SAMPLE_COLUMNS)), p)
-    print(format_table(table, checked, time.monotonic() - start), file=out)
+    print(
+        format_table(table, checked, time.monotonic() - start - machine_lock.waited_seconds()),
+        file=out,
+    )
     return table
 
 
@@ -230,17 +235,30 @@ def format_counts(rows: list[dict[str, Any]], checked: Checked, seconds: float) 
         f"{seconds:.0f} s; two identical runs differ by {spread:.3f} instructions per "
         "operation (time is what users feel: confirm with make bench)"
     )
-    fmt = "{:<10} {:>8}  {:<28} {:>12} {:>12}  {:>9}"
-    lines = [head, fmt.format("case", "pool", "candidate", "instr/op", "baseline", "reduction")]
-    for r in rows:
+    fmt = "{:<10} {:>8}  {:<34} {:>12} {:>12}  {:>9} {:>13}"
+    lines = [
+        head,
+        fmt.format(
+            "case", "pool", "candidate", "instr/op", "baseline", "reduction", "saving/block"
+        ),
+    ]
+    # Candidates in the order given, each one's cases in table order (sweep30 before
+    # sweep100), as in the report.
+    order = {label: i for i, label in enumerate(p.labels)}
+    for r in sorted(
+        rows, key=lambda r: (order.get(r["candidate"], 0), schema.case_key(r["case"]), r["pool"])
+    ):
+        blocks = count_figures.case_blocks(str(r["case"]))
+        saving = r["baseline_instructions"] - r["candidate_instructions"]
         lines.append(
             fmt.format(
                 r["case"],
                 f"{r['pool']:,}",
-                str(r["candidate"])[:28],
+                str(r["candidate"])[:34],
                 f"{r['candidate_instructions']:,.1f}",
                 f"{r['baseline_instructions']:,.1f}",
                 f"{r['reduction_pct']:+.2f}%",
+                "" if blocks is None else f"{saving / blocks:+,.1f}",
             )
         )
     return "\n".join(lines)

@@ -50,7 +50,7 @@ from typing import Any, TextIO
 from kvqueue import hostinfo, schema
 from kvqueue.ab import where_text
 from kvqueue.errors import BenchError, BenchInputError, GateRefused
-from kvqueue.measure import cachegrind, counts_run, interpreter_checks, where_run
+from kvqueue.measure import cachegrind, counts_run, interpreter_checks, machine_lock, where_run
 from kvqueue.params import regression_params, value_checks
 from kvqueue.params.regression_params import (
     EXIT_PASSED,
@@ -592,7 +592,7 @@ def compare(r: Regress, announce: str = "") -> Comparison:
         gate=tuple(gate),
         python=checked.python,
         valgrind=valgrind,
-        seconds=time.monotonic() - start,
+        seconds=time.monotonic() - start - machine_lock.waited_seconds(),
         identical=not rows,
         where=tuple(where),
         where_note=" ".join(note),
