@@ -844,6 +844,15 @@ WHERE_CSV = "where.csv"
 #: ``detail``: the specialised instructions run there). ``ops``: the loops' operations.
 WHERE_COLUMNS = ("case", "pool", "label", "kind", "part", "name", "line", "ops", "value", "detail")
 WHERE_C, WHERE_PART, WHERE_LINE = "c", "part", "line"
+#: A fourth kind, :data:`WHERE_FUNC`, in a manager's counts run on an interpreter with
+#: the perf trampoline (CPython >= 3.12): ``part`` and ``name`` (qualified name) of a
+#: Python function of the variant's code or one of the stream's named calls
+#: (``Stream.prefill``; part ""), ``value`` its exclusive instructions over the
+#: profiled loops, ``detail`` its inclusive instructions, ``line`` its calls; one row
+#: named :data:`WHERE_REST` (part "") sums the other functions' exclusive instructions.
+#: Counted with the trampoline, which stops CPython inlining Python calls: higher than
+#: the count, used for shares (layers) and per-call figures.
+WHERE_FUNC = "func"
 #: The ``name`` of the row summing every C function below :data:`WHERE_MIN_PER_OP`.
 WHERE_REST = "(rest)"
 #: C functions whose target − zero instructions per operation stay below this (either

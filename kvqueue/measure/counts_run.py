@@ -27,7 +27,14 @@ from typing import Any
 from kvqueue import schema
 from kvqueue.errors import BenchError
 from kvqueue.gate import model_check
-from kvqueue.measure import cachegrind, machine_lock, run_folder, runner, where_run
+from kvqueue.measure import (
+    cachegrind,
+    function_profile,
+    machine_lock,
+    run_folder,
+    runner,
+    where_run,
+)
 from kvqueue.params.bench_params import BenchParams, Checked
 
 
@@ -73,6 +80,7 @@ def write_where(
     python: str,
     spec: dict[str, Any],
     totals: where_run.FunctionTotals,
+    valgrind: cachegrind.Valgrind,
 ) -> None:
     """Trace every counted cell's lines (one process each, no valgrind) and write
     ``where.csv`` once, with the C functions of the count (docs/design.md §13). A
@@ -82,7 +90,19 @@ def write_where(
     except BenchError as exc:
         print(f"where.csv not written: {exc}", file=sys.stderr)
         lines = {}
-    rows = where_run.where_rows(totals, lines)
+    profiles: dict[where_run.Cell, function_profile.Profile] = {}
+    # A manager's layers and per-call figures need its Python functions in instructions:
+    # one callgrind process per cell (~40 s each here), on an interpreter that can.
+    if spec.get("subject") == schema.SUBJECT_MANAGER and function_profile.trampoline_available(
+        python
+    ):
+        try:
+            profiles = function_profile.profile_cells(
+                python, spec, sorted(totals.ops), valgrind=valgrind
+            )
+        except BenchError as exc:
+            print(f"Python functions not profiled: {exc}", file=sys.stderr)
+    rows = where_run.where_rows(totals, lines, profiles)
     writer.record[schema.COUNTING_KEY][schema.WHERE_FORMAT_KEY] = schema.WHERE_FORMAT
     writer.add_file(schema.WHERE_CSV, where_text(rows), len(rows))
 
@@ -236,6 +256,6 @@ def run_counts(
             cachegrind.count(
                 params.python, spec, valgrind=valgrind, on_row=keep, on_functions=totals
             )
-            write_where(writer, params.python, spec, totals)
+            write_where(writer, params.python, spec, totals, valgrind)
     print(f"complete: {writer.dir} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return writer.dir

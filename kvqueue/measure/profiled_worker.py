@@ -43,6 +43,7 @@ from typing import Any
 
 from kvqueue.measure import child, counted_worker, timing_worker
 from kvqueue.sources import loader
+from kvqueue.subjects import manager_cases
 
 #: The part name of a queue class (a queue variant's, or one swapped into a stack).
 QUEUE_PART = "queue"
@@ -238,6 +239,9 @@ def run_profiled(spec: dict[str, Any]) -> None:
     mode = profile["mode"]
     if mode == "trampoline":
         sys.activate_stack_trampoline("perf")  # type: ignore[attr-defined]
+        # The stream's calls behind functions of their own names (prefill vs decode):
+        # a per-function profile is per call only with them.
+        manager_cases.NAMED_CALLS[0] = True
     rng = random.Random(spec["seed"])
     layout = timing_worker.new_layout(spec, rng)
     gc.collect()

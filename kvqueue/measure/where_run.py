@@ -273,7 +273,9 @@ def cell_moves(
 
 
 def where_rows(
-    functions: FunctionTotals, lines: Mapping[Cell, Mapping[str, Any]]
+    functions: FunctionTotals,
+    lines: Mapping[Cell, Mapping[str, Any]],
+    profiles: Mapping[Cell, function_profile.Profile] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of a counts run's :data:`kvqueue.schema.WHERE_CSV`: raw integers and no
     source text (module docstring of :mod:`kvqueue.schema`, ``WHERE_COLUMNS``).
@@ -325,6 +327,55 @@ def where_rows(
             rows.append(
                 _row(case, pool, label, schema.WHERE_LINE, p, qualname, line, ops, n, names)
             )
+    for cell, profile in sorted((profiles or {}).items()):
+        rows.extend(function_rows(cell, profile))
+    return rows
+
+
+#: The qualname prefix of the stream's named calls (kept though outside the variant).
+_CALLS = "Stream."
+
+
+def function_rows(cell: Cell, profile: function_profile.Profile) -> list[dict[str, Any]]:
+    """:data:`kvqueue.schema.WHERE_FUNC` rows of one cell's trampoline profile: each
+    function of the variant's code and each named stream call, raw over the loops, and
+    one row summing the rest (the harness, the standard library)."""
+    label, case, pool = cell
+    ops = profile.ops
+    rows, rest = [], 0.0
+    for (file, qualname), cost in sorted(profile.python.items()):
+        part = profile.part(file)
+        if part == function_profile.OTHER_PART and not qualname.startswith(_CALLS):
+            rest += cost.exclusive
+            continue
+        rows.append(
+            _row(
+                case,
+                pool,
+                label,
+                schema.WHERE_FUNC,
+                part,
+                qualname,
+                round(cost.calls * ops),
+                ops,
+                round(cost.exclusive * ops),
+                str(round(cost.inclusive * ops)),
+            )
+        )
+    rows.append(
+        _row(
+            case,
+            pool,
+            label,
+            schema.WHERE_FUNC,
+            "",
+            schema.WHERE_REST,
+            0,
+            ops,
+            round(rest * ops),
+            "",
+        )
+    )
     return rows
 
 

@@ -37,10 +37,10 @@ from kvqueue.formatting import ci_header, fmt_signed_ci, fmt_signed_pct, is_na
 from kvqueue.history import history_diffs, history_present
 from kvqueue.policy import policy_present
 from kvqueue.processed import store
-from kvqueue.report import figures, prose, provenance, questions, sections
+from kvqueue.report import figures, frames, prose, provenance, questions, sections
 from kvqueue.report.questions import Question
 from kvqueue.report.sections import TIMES_NOTE, TIMES_TITLE, Section
-from kvqueue.stats import count_figures, paired_stats
+from kvqueue.stats import count_figures, manager_layers, paired_stats
 
 #: Figures of each kind of question (keys of :data:`kvqueue.report.figures.FIGURES`, or
 #: ``forest`` drawn for the selected cases).
@@ -251,6 +251,7 @@ def _ab(question: Question, cases: Sequence[str]) -> list[Section]:
     if len(only) and question.pair is not None:
         out.append(_counts_only_section(data, only, question.pair, level=3))
     out += _where_sections(question)
+    out += _layer_sections(question)
     out += stack
     out += [
         Section("validation", "Validation", note=prose.validation_paragraph(data)),
@@ -321,6 +322,7 @@ def _counts_ab(question: Question) -> list[Section]:
         Section("title", question.title, level=1, note=intro),
         _counts_only_section(data, rows, (cand, base), level=2),
         *_where_sections(question),
+        *_layer_sections(question),
         *stack,
         Section("reproduce", "Reproduce", note=_commands("bench", data, runs)),
         Section("runs", "Runs used", note=used, detail=True),
@@ -342,6 +344,58 @@ def _where_sections(question: Question) -> list[Section]:
         Section(
             "where",
             "Where the instructions moved: the diff measured, C functions and lines",
+            level=3,
+            note=note,
+            detail=True,
+        )
+    ]
+
+
+def _layer_sections(question: Question) -> list[Section]:
+    """A manager pair's layers and per-call costs, from the ``func`` rows of its counts
+    runs (CPython >= 3.12): where the scheduler's path spends its instructions, so that
+    a queue change is read as its share of it. None without such rows."""
+    data = question.data
+    if question.subject != schema.SUBJECT_MANAGER or question.pair is None:
+        return []
+    where = data.count_where
+    if where.empty or not (where["kind"] == schema.WHERE_FUNC).any():
+        return []
+    cand, base = question.pair
+    parts = []
+    funcs = where[where["kind"] == schema.WHERE_FUNC]
+    for (host, python, run_id), rows in funcs.groupby(["host", "interpreter", "run_id"]):
+        for case in sorted(rows["case"].unique(), key=schema.case_key):
+            layers = manager_layers.layer_table(rows, [base, cand], case)
+            if layers.empty:
+                continue
+            parts.append(
+                f"**{case}** ({host}, {python}, run {run_id}):\n\n" + frames.to_markdown(layers)
+            )
+            calls = manager_layers.call_table(rows, [base, cand], case)
+            if not calls.empty:
+                parts.append(
+                    f"Per scheduler call, {case} ({host}, {python}):\n\n"
+                    + frames.to_markdown(calls)
+                )
+    if not parts:
+        return []
+    note = (
+        "Exclusive instructions per operation of each layer of the scheduler's path, and "
+        "its share of the path (the harness's own code left out): manager (manager, "
+        "coordinator, single-type managers), pool (`BlockPool`, the block), queue, hashing "
+        "(block hashers and hash functions), request (`Request`), helpers (the release's "
+        "other files). Counted once per cell under callgrind with the perf trampoline "
+        "(`kvqueue.stats.manager_layers`), which makes CPython call every Python function "
+        "through the C stack: these totals are higher than the counts above, so read the "
+        "shares, and the counts for how much. Per call: the instructions of each of the "
+        "stream's scheduler calls (inclusive, the named wrapper's own left out).\n\n"
+        + "\n\n".join(parts)
+    )
+    return [
+        Section(
+            "layers",
+            "Where the scheduler's instructions go, by layer and per call",
             level=3,
             note=note,
             detail=True,

@@ -24,14 +24,19 @@ Per call: the stream's calls (:data:`kvqueue.subjects.manager_cases.CALLS`) run 
 functions named ``Stream.<call>`` in a profiled process; a call's cost is that
 function's inclusive cost less its own exclusive (the wrapper's) cost.
 
-Standard library only; no measuring code (the report reads this).
+The tables (:func:`layer_table`, :func:`call_table`) read the ``func`` rows of a counts
+run's ``where.csv`` (:data:`kvqueue.schema.WHERE_FUNC`), as the processed
+``count_where`` table holds them. No measuring code (the report reads this).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+import pandas as pd
+
+from kvqueue import schema
 from kvqueue.schema import MANAGER_CALLS
 
 #: Layers in table order (module docstring).
@@ -114,3 +119,65 @@ def call_costs(
             own = exclusive.get(qualname, 0.0)
             out[call] = (inclusive.get(qualname, 0.0) - own) / calls[qualname]
     return out
+
+
+def _cell(rows: pd.DataFrame, label: str, case: str) -> pd.DataFrame:
+    return rows[
+        (rows["kind"] == schema.WHERE_FUNC) & (rows["label"] == label) & (rows["case"] == case)
+    ]
+
+
+def _layers_of(cell: pd.DataFrame) -> dict[str, float]:
+    keyed = {
+        (str(r.part) if isinstance(r.part, str) else "", str(r.name)): float(r.per_op)
+        for r in cell.itertuples()
+        if r.name != schema.WHERE_REST
+    }
+    costs = layer_costs(keyed)
+    rest = cell[cell["name"] == schema.WHERE_REST]["per_op"].sum()
+    costs["outside"] += float(rest)
+    return costs
+
+
+def layer_table(rows: pd.DataFrame, labels: Sequence[str], case: str) -> pd.DataFrame:
+    """Each layer's exclusive instructions per operation and share of the path, per
+    label (``rows``: ``count_where`` rows of one host × interpreter × run); empty where
+    no label has ``func`` rows for ``case``."""
+    columns: dict[str, list[str]] = {"Layer": list(PATH_LAYERS)}
+    found = False
+    for label in labels:
+        cell = _cell(rows, label, case)
+        if cell.empty:
+            continue
+        found = True
+        costs = _layers_of(cell)
+        shares = layer_shares(costs)
+        columns[f"{label}: instr/op"] = [f"{costs[x]:,.0f}" for x in PATH_LAYERS]
+        columns[f"{label}: share"] = [f"{shares[x]:.1%}" for x in PATH_LAYERS]
+    return pd.DataFrame(columns) if found else pd.DataFrame()
+
+
+def call_table(rows: pd.DataFrame, labels: Sequence[str], case: str) -> pd.DataFrame:
+    """Instructions per scheduler call (:func:`call_costs`) and calls per operation, per
+    label; empty where no named call ran in ``case`` (a sweep calls the manager
+    directly)."""
+    columns: dict[str, list[str]] = {"Call": list(MANAGER_CALLS)}
+    found = False
+    for label in labels:
+        cell = _cell(rows, label, case)
+        named = cell[cell["name"].astype(str).str.startswith(CALL_PREFIX)]
+        if named.empty:
+            continue
+        found = True
+        ops = named["ops"].astype(float)
+        inclusive = dict(zip(named["name"], named["detail"].astype(float) / ops, strict=True))
+        exclusive = dict(zip(named["name"], named["per_op"].astype(float), strict=True))
+        calls = dict(zip(named["name"], named["line"].astype(float) / ops, strict=True))
+        per_call = call_costs(inclusive, exclusive, calls)
+        columns[f"{label}: instr/call"] = [
+            f"{per_call[c]:,.0f}" if c in per_call else "–" for c in MANAGER_CALLS
+        ]
+        columns[f"{label}: calls/op"] = [
+            f"{calls.get(CALL_PREFIX + c, 0.0):,.2f}" for c in MANAGER_CALLS
+        ]
+    return pd.DataFrame(columns) if found else pd.DataFrame()
