@@ -54,3 +54,34 @@ def test_a_call_costs_its_inclusive_less_the_wrapper_per_call() -> None:
         {"Stream.prefill": 2.0, "Stream.decode": 0.0, "Stream.step": 1.0},
     )
     assert per_call == {"prefill": 500.0}
+
+
+def test_a_profile_keeps_the_variants_functions_and_the_named_calls_and_sums_the_rest() -> None:
+    from kvqueue import schema
+    from kvqueue.measure import function_profile as fp
+    from kvqueue.measure import where_run
+
+    profile = fp.Profile(
+        python={
+            ("/r/block_pool.py", "BlockPool.get_new_blocks"): fp.FunctionCost(30.0, 20.0, 1.0),
+            ("/h/manager_cases.py", "Stream.prefill"): fp.FunctionCost(100.0, 2.0, 0.5),
+            ("/h/manager_cases.py", "Stream.step"): fp.FunctionCost(400.0, 7.0, 1.0),
+            ("<string>", "__eq__"): fp.FunctionCost(3.0, 3.0, 1.0),
+        },
+        c={},
+        parts={"/r/block_pool.py": "vllm/v1/core/block_pool.py"},
+        total=500.0,
+        ops=10,
+    )
+    rows = where_run.function_rows(("manager:x", "stream", 2048), profile)
+    by_name = {r["name"]: r for r in rows}
+    assert all(r["kind"] == schema.WHERE_FUNC for r in rows)
+    assert set(by_name) == {"BlockPool.get_new_blocks", "Stream.prefill", schema.WHERE_REST}
+    pool = by_name["BlockPool.get_new_blocks"]
+    assert (pool["part"], pool["value"], pool["detail"], pool["line"]) == (
+        "vllm/v1/core/block_pool.py",
+        200,
+        "300",
+        10,
+    )
+    assert by_name[schema.WHERE_REST]["value"] == 100  # Stream.step and __eq__, over 10 ops

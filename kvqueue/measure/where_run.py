@@ -332,8 +332,8 @@ def where_rows(
     return rows
 
 
-#: The qualname prefix of the stream's named calls (kept though outside the variant).
-_CALLS = "Stream."
+#: The stream's named calls (kept though outside the variant's code).
+_CALLS = frozenset(f"Stream.{call}" for call in schema.MANAGER_CALLS)
 
 
 def function_rows(cell: Cell, profile: function_profile.Profile) -> list[dict[str, Any]]:
@@ -345,7 +345,7 @@ def function_rows(cell: Cell, profile: function_profile.Profile) -> list[dict[st
     rows, rest = [], 0.0
     for (file, qualname), cost in sorted(profile.python.items()):
         part = profile.part(file)
-        if part == function_profile.OTHER_PART and not qualname.startswith(_CALLS):
+        if part == function_profile.OTHER_PART and qualname not in _CALLS:
             rest += cost.exclusive
             continue
         rows.append(
