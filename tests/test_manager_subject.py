@@ -100,14 +100,18 @@ def test_any_sweep_size_is_a_case_and_its_pool_must_hold_it() -> None:
     assert manager_cases.smallest_pool("sweep500") == 501
 
 
-def test_the_share_a_swap_explains_is_its_saving_over_the_whole_candidates() -> None:
+def test_the_share_a_swap_explains_is_its_saving_over_the_candidate_it_came_from() -> None:
     rows = [
         {"case": "sweep10", "pool": 2048, "candidate": "manager:b", "baseline": "manager:a",
          "candidate_instructions": 600.0, "baseline_instructions": 1000.0},
-        {"case": "sweep10", "pool": 2048, "candidate": "manager:a+queue=q", "baseline": "manager:a",
+        {"case": "sweep10", "pool": 2048, "candidate": "manager:c", "baseline": "manager:a",
+         "candidate_instructions": 100.0, "baseline_instructions": 1000.0},
+        {"case": "sweep10", "pool": 2048, "candidate": "manager:a+queue=b", "baseline": "manager:a",
          "candidate_instructions": 900.0, "baseline_instructions": 1000.0},
     ]  # fmt: skip
+    # b's queue explains a share of what b saves, nothing of what c saves.
     (share,) = count_figures.swap_shares(rows, "manager:a")
+    assert share["whole"] == "manager:b"
     assert share["share"] == pytest.approx(0.25)
     assert share["whole_saving_per_block"] == pytest.approx(40.0)
     assert share["swap_saving_per_block"] == pytest.approx(10.0)

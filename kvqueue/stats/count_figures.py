@@ -203,8 +203,10 @@ def swap_shares(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[dict[s
 
     A *swap* is a candidate whose label is the baseline's with ``+queue=`` or ``+pool=``
     after it (``manager:vllm==0.9.2+queue=vllm==0.10.0``): the baseline's stack with one
-    part changed. Its saving over the baseline, divided by a whole candidate's (any other
-    candidate: ``manager:vllm==0.10.0``), is the share of that saving the part explains.
+    part changed. Its saving over the baseline, divided by the saving of the whole
+    candidate the part came from (``manager:vllm==0.10.0``), is the share of that saving
+    the part explains. A swap is set beside no other candidate (0.10.0's queue explains
+    nothing of what 0.10.2 saves: beside it, the "share" read 112.5 % and -4.0 %).
 
     Parameters
     ----------
@@ -227,8 +229,11 @@ def swap_shares(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[dict[s
     wholes = [r for r in rows if r not in swaps]
     out = []
     for swap in swaps:
+        source = _swapped_source(str(swap["candidate"]), baseline)
         for whole in wholes:
             if (whole["case"], whole["pool"]) != (swap["case"], swap["pool"]):
+                continue
+            if str(whole["candidate"]).split(":", 1)[-1] != source:
                 continue
             base = float(swap["baseline_instructions"])
             part = base - float(swap["candidate_instructions"])
@@ -246,6 +251,16 @@ def swap_shares(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[dict[s
                 }
             )
     return out
+
+
+def _swapped_source(swap: str, baseline: str) -> str:
+    """The source of the part a swap label puts into the baseline's stack
+    (``manager:vllm==0.9.2+queue=vllm==0.10.0`` -> ``vllm==0.10.0``)."""
+    rest = swap[len(baseline) :]
+    for mark in SWAP_MARKS:
+        if rest.startswith(mark):
+            return rest[len(mark) :]
+    return rest
 
 
 def read_count_run(
