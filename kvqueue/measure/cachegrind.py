@@ -533,67 +533,48 @@ def count(
     todo = plan(base_spec["labels"], base_spec["cases"], base_spec["pools"], subject)
     for note in few_calls_notes(todo):
         print(note, file=out, flush=True)
-    width = jobs or default_jobs()
     rows: list[dict[str, Any]] = []
-    running: list[tuple[Job, subprocess.Popen, Path, float]] = []
+    started: dict[int, float] = {}
     start_time = time.monotonic()
-    with counting_root() as root:
-        try:
-            pending = list(enumerate(todo))
-            while pending or running:
-                while pending and len(running) < width:
-                    i, job = pending.pop(0)
-                    spec = job_spec(base_spec, job)
-                    path = root / "out" / f"cg.{i}"
-                    running.append(
-                        (job, start(valgrind, binary, spec, path, root), path, time.monotonic())
-                    )
-                time.sleep(0.05)
-                for entry in list(running):
-                    job, proc, path, t0 = entry
-                    if proc.poll() is None:
-                        if time.monotonic() - t0 > TIMEOUT_S:
-                            raise BenchError(
-                                f"count of {job.label or 'zero'} {job.case}/{job.pool} "
-                                f"did not finish within {TIMEOUT_S} s; stopped"
-                            )
-                        continue
-                    running.remove(entry)
-                    err = proc.stderr.read() if proc.stderr else ""
-                    if proc.returncode != 0:
-                        tail = [ln for ln in err.splitlines() if not ln.startswith("==")]
-                        raise BenchError(
-                            f"counted process ({job.run} {job.label} {job.case}/{job.pool}) "
-                            f"exited {proc.returncode}: {' '.join(tail)[-300:]}"
-                        )
-                    text = path.read_text()
-                    totals = parse_cachegrind(text)
-                    row = {
-                        "case": job.case,
-                        "pool": job.pool,
-                        "label": job.label,
-                        "run": job.run,
-                        "loops": job.loops,
-                        "per_loop": 0
-                        if job.run != "target"
-                        else timing_worker.ops_per_loop(base_spec, job.case, job.pool),
-                        **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
-                    }
-                    rows.append(row)
-                    if on_functions is not None:
-                        on_functions(row, cost_files.cachegrind_functions(text))
-                    path.unlink()
-                    if on_row is not None:
-                        on_row(row, round(time.monotonic() - t0, 3))
-                    print(
-                        f"count {len(rows)}/{len(todo)}: {job.run} {job.label} "
-                        f"{job.case}/{job.pool}: {totals['Ir']:,} instructions "
-                        f"({time.monotonic() - start_time:.0f} s)",
-                        file=out,
-                        flush=True,
-                    )
-        except BaseException:
-            for _job, proc, _path, _t0 in running:
-                kill(proc)
-            raise
+
+    def launch(i: int, job: Job, root: Path) -> subprocess.Popen:
+        started[id(job)] = time.monotonic()
+        return start(valgrind, binary, job_spec(base_spec, job), root / "out" / f"cg.{i}", root)
+
+    def finish(job: Job, root: Path) -> None:
+        path = root / "out" / f"cg.{todo.index(job)}"
+        text = path.read_text()
+        totals = parse_cachegrind(text)
+        row = {
+            "case": job.case,
+            "pool": job.pool,
+            "label": job.label,
+            "run": job.run,
+            "loops": job.loops,
+            "per_loop": 0
+            if job.run != "target"
+            else timing_worker.ops_per_loop(base_spec, job.case, job.pool),
+            **{e: totals.get(e, "") for e in schema.COUNT_EVENTS},
+        }
+        rows.append(row)
+        if on_functions is not None:
+            on_functions(row, cost_files.cachegrind_functions(text))
+        path.unlink()
+        if on_row is not None:
+            on_row(row, round(time.monotonic() - started[id(job)], 3))
+        print(
+            f"count {len(rows)}/{len(todo)}: {job.run} {job.label} "
+            f"{job.case}/{job.pool}: {totals['Ir']:,} instructions "
+            f"({time.monotonic() - start_time:.0f} s)",
+            file=out,
+            flush=True,
+        )
+
+    run_processes(
+        todo,
+        launch,
+        finish,
+        what=lambda job: f"counted process ({job.run} {job.label or 'zero'} {job.case}/{job.pool})",
+        jobs=jobs,
+    )
     return rows
