@@ -498,13 +498,20 @@ def fetch_history_releases(
         r for label, r in first.items() if schema.subject_of_label(label) == schema.SUBJECT_MANAGER
     }
     manager_files = (MEMBER, *history_diffs.STACK_FILES[schema.SUBJECT_MANAGER])
+    # A stack file a release does not have yet (0.9.0 has no kv_cache_coordinator.py) is
+    # no diff of it, not a failed fetch: before, 0.9.0 stopped the fetch of every release.
+    optional = frozenset(manager_files) - {MEMBER, "vllm/v1/core/kv_cache_manager.py"}
+
+    def known(release: str, member: str) -> bool:
+        return (
+            cache_paths.member_cached_path(release, member).is_file()
+            or cache_paths.member_absence_path(release, member).is_file()
+        )
 
     def cached(release: str) -> bool:
         wanted = [*((POOL_MEMBER,) if release in pools else ())]
         wanted += [*(manager_files if release in managers else ())]
-        return cache_paths.cached_path(release).is_file() and all(
-            cache_paths.member_cached_path(release, m).is_file() for m in wanted
-        )
+        return cache_paths.cached_path(release).is_file() and all(known(release, m) for m in wanted)
 
     missing = [r for r in releases if not cached(r)]
     started = time.perf_counter()
@@ -512,7 +519,7 @@ def fetch_history_releases(
         if release in pools:
             fetch_members(release)
         if release in managers:
-            fetch_members(release, manager_files, frozenset())
+            fetch_members(release, manager_files, optional)
         if release not in pools and release not in managers:
             fetch_release(release)
         say(f"diffs: {release} cached ({k}/{len(missing)})")
