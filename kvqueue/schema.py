@@ -853,6 +853,9 @@ WHERE_C, WHERE_PART, WHERE_LINE = "c", "part", "line"
 #: Counted with the trampoline, which stops CPython inlining Python calls: higher than
 #: the count, used for shares (layers) and per-call figures.
 WHERE_FUNC = "func"
+#: The ``part`` of a ``func`` row of code compiled from a string: the methods
+#: ``dataclasses`` generates for the release's classes (``__eq__``, ``__init__``).
+WHERE_GENERATED = "<generated>"
 #: The ``name`` of the row summing every C function below :data:`WHERE_MIN_PER_OP`.
 WHERE_REST = "(rest)"
 #: C functions whose target − zero instructions per operation stay below this (either

@@ -26,6 +26,7 @@ from kvqueue.stats import manager_layers as ml
         ("vllm/v1/request.py", "Request.__init__", "request"),
         ("vllm/utils/math_utils.py", "cdiv", "helpers"),
         ("", "Stream.step", "outside"),
+        ("<generated>", "__create_fn__.<locals>.__eq__", "generated"),
     ],
 )
 def test_each_function_lands_in_its_layer(part: str, qualname: str, layer: str) -> None:
@@ -67,6 +68,7 @@ def test_a_profile_keeps_the_variants_functions_and_the_named_calls_and_sums_the
             ("/h/manager_cases.py", "Stream.prefill"): fp.FunctionCost(100.0, 2.0, 0.5),
             ("/h/manager_cases.py", "Stream.step"): fp.FunctionCost(400.0, 7.0, 1.0),
             ("<string>", "__eq__"): fp.FunctionCost(3.0, 3.0, 1.0),
+            ("/usr/lib/python3.12/random.py", "Random.random"): fp.FunctionCost(1.0, 1.0, 1.0),
         },
         c={},
         parts={"/r/block_pool.py": "vllm/v1/core/block_pool.py"},
@@ -76,7 +78,13 @@ def test_a_profile_keeps_the_variants_functions_and_the_named_calls_and_sums_the
     rows = where_run.function_rows(("manager:x", "stream", 2048), profile)
     by_name = {r["name"]: r for r in rows}
     assert all(r["kind"] == schema.WHERE_FUNC for r in rows)
-    assert set(by_name) == {"BlockPool.get_new_blocks", "Stream.prefill", schema.WHERE_REST}
+    assert set(by_name) == {
+        "BlockPool.get_new_blocks",
+        "Stream.prefill",
+        "__eq__",
+        schema.WHERE_REST,
+    }
+    assert by_name["__eq__"]["part"] == schema.WHERE_GENERATED
     pool = by_name["BlockPool.get_new_blocks"]
     assert (pool["part"], pool["value"], pool["detail"], pool["line"]) == (
         "vllm/v1/core/block_pool.py",
@@ -84,4 +92,4 @@ def test_a_profile_keeps_the_variants_functions_and_the_named_calls_and_sums_the
         "300",
         10,
     )
-    assert by_name[schema.WHERE_REST]["value"] == 100  # Stream.step and __eq__, over 10 ops
+    assert by_name[schema.WHERE_REST]["value"] == 80  # Stream.step and random, over 10 ops

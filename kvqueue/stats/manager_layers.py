@@ -14,6 +14,8 @@ functions' exclusive costs:
 ``hashing``    the block hashers and hash functions (``hash_block_tokens``,
                ``hash_request_tokens``, the request's block hasher, ``sha256``...)
 ``request``    the release's ``Request`` (its hashing apart)
+``generated``  methods ``dataclasses`` generates for the release's classes (the block's
+               ``__eq__`` that 0.9.x's queue calls in ``remove``)
 ``helpers``    the rest of the release's files the stack runs (``cdiv``,
                ``ConstantList``, the KV cache specs...)
 ``outside``    code outside the release's files: the harness's scheduler, the standard
@@ -40,7 +42,7 @@ from kvqueue import schema
 from kvqueue.schema import MANAGER_CALLS
 
 #: Layers in table order (module docstring).
-LAYERS = ("manager", "pool", "queue", "hashing", "request", "helpers", "outside")
+LAYERS = ("manager", "pool", "queue", "hashing", "request", "generated", "helpers", "outside")
 #: The layers of the scheduler's path proper (``outside`` is the harness's).
 PATH_LAYERS = LAYERS[:-1]
 _MANAGER_FILES = (
@@ -62,6 +64,8 @@ def layer_of(part: str, qualname: str) -> str:
     """The layer of the function ``qualname`` of ``part`` (module docstring)."""
     if not part:
         return "outside"
+    if part == schema.WHERE_GENERATED:
+        return "generated"
     if part == "queue" or qualname.startswith(_QUEUE_CLASS):
         return "queue"
     if qualname.startswith(_BLOCK_CLASS) or part in _POOL_FILES:
