@@ -159,6 +159,7 @@ def test_a_variant_without_the_policy_api_is_refused(
     _no_probe(monkeypatch)
     with pytest.raises(BenchInputError, match=re.escape(words)):
         policy_checks.check(policy_params.from_text({"host": "h", "variant": variant}))
+    capsys.readouterr()  # with an empty release cache the check above fetched: its line
     raw = tmp_path / "raw"
     code = cli.main(["policy", "--host", "h", "--variant", variant, "--raw-dir", str(raw)])
     err = capsys.readouterr().err.strip().splitlines()

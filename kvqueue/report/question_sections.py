@@ -292,6 +292,9 @@ def _counts_only_section(
         level=level,
         note=count_tables.counts_verdict(rows, *pair) + "\n\n" + method,
         table=count_tables.counts_table(rows).drop(columns="Comparison"),
+        # Under a timed answer the counts are the witness: their table folds.
+        table_label=f"Instructions per operation ({len(rows)} cells)",
+        fold=level != 2,
     )
 
 
@@ -460,6 +463,11 @@ def _stack_sections(
             level=3,
             note=note,
             table=count_tables.request_savings_table(savings),
+            # One row per host x interpreter x case: folded, the sentence above and the
+            # verdict's largest request are what a reader sees first (a manager pair
+            # over two hosts' timed and counted runs read 12,912 characters unfolded).
+            table_label=f"Saving per request and per block ({len(savings)} rows)",
+            fold=True,
         ),
         Section(
             "cpu-only",
