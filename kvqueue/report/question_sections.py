@@ -387,13 +387,14 @@ def _layer_sections(question: Question) -> list[Section]:
         "Exclusive instructions per operation of each layer of the scheduler's path, and "
         "its share of the path (the harness's own code left out): manager (manager, "
         "coordinator, single-type managers), pool (`BlockPool`, the block), queue, hashing "
-        "(block hashers and hash functions), request (`Request`), helpers (the release's "
-        "other files). Counted once per cell under callgrind with the perf trampoline "
-        "(`kvqueue.stats.manager_layers`), which makes CPython call every Python function "
-        "through the C stack: these totals are higher than the counts above, so read the "
-        "shares, and the counts for how much. Per call: the instructions of each of the "
-        "stream's scheduler calls (inclusive, the named wrapper's own left out).\n\n"
-        + "\n\n".join(parts)
+        "(block hashers and hash functions), request (`Request`), generated (methods "
+        "`dataclasses` generates, such as the block's `__eq__` that 0.9.x's queue calls), "
+        "helpers (the release's other files). Counted once per cell under callgrind with "
+        "the perf trampoline (`kvqueue.stats.manager_layers`), which makes CPython call "
+        "every Python function through the C stack: these totals are higher than the counts"
+        " above, so read the shares, and the counts for how much. Per call: the "
+        "instructions of each of the stream's scheduler calls (inclusive, the named "
+        "wrapper's own left out)." + "\n\n" + "\n\n".join(parts)
     )
     return [
         Section(
