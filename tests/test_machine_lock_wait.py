@@ -175,4 +175,3 @@ def test_ctrl_c_while_a_bench_waits_writes_nothing(lock: Path, tmp_path: Path) -
     assert len(rest) == 1 and rest[0].startswith("stopped while waiting for the machine lock (")
     assert rest[0].endswith(" s): nothing was written"), rest
     assert not raw.exists() or not any(raw.rglob("run.json"))
-
