@@ -186,10 +186,13 @@ def _adaptations(head: pd.DataFrame) -> str:
     `` Called through adaptations of the API drift: 0.9.0–0.9.2: ...`` ('' without any)."""
     spans: list[list[str]] = []  # [first release, last release, adapter]
     for r in head.drop_duplicates("version").sort_values("order").itertuples():
-        if spans and spans[-1][2] == r.adapter:
+        # A stack history records no adapter (NA: its adapter is chosen by signature);
+        # "bool(NA)" stopped the first timed manager history's report.
+        adapter = "" if pd.isna(r.adapter) else str(r.adapter)
+        if spans and spans[-1][2] == adapter:
             spans[-1][1] = str(r.last_release)
         else:
-            spans.append([str(r.first_release), str(r.last_release), str(r.adapter)])
+            spans.append([str(r.first_release), str(r.last_release), adapter])
     adapted = [f"{a if a == b else f'{a}–{b}'}: {how}" for a, b, how in spans if how]
     return (
         " Called through adaptations of the API drift: " + "; ".join(adapted) + "."
